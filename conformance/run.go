@@ -1,0 +1,176 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Run checks every Property on the backend h gives, each as a named subtest. Run it
+// under -race. Subtests run one after another; each makes its own clients and keys.
+func Run(t *testing.T, h Harness) {
+	caps := h.Capabilities()
+	s := &suite{h: h, caps: caps, unit: max(caps.MinTTL, 100*time.Millisecond)}
+
+	// Start whatever the harness starts lazily before taking the goroutine snapshot.
+	warm := h.NewLocker(t)
+	if err := warm.Close(); err != nil {
+		t.Fatalf("closing the warm-up client: %v", err)
+	}
+	before := goleak.IgnoreCurrent()
+
+	checks := map[Property]func(*testing.T, *verdict){
+		MutualExclusion:  s.mutualExclusion,
+		DeadlockFreedom:  s.deadlockFreedom,
+		OwnerOnlyRelease: s.ownerOnlyRelease,
+		Expiry:           s.expiry,
+		Refresh:          s.refresh,
+		TryAcquire:       s.tryAcquire,
+		Cancellation:     s.cancellation,
+		FencingMonotonic: s.fencingMonotonic,
+		KeyIsolation:     s.keyIsolation,
+		InputValidation:  s.inputValidation,
+		Close:            s.close,
+		ConcurrentUse:    s.concurrentUse,
+		DoneAndErr:       s.doneAndErr,
+		NoGoroutineLeaks: func(t *testing.T, v *verdict) {
+			if err := goleak.Find(before); err != nil {
+				v.violated("goroutines left running after every client was closed: %v", err)
+			}
+		},
+	}
+	for _, p := range Properties {
+		s.property(t, p, checks[p])
+	}
+}
+
+type suite struct {
+	h    Harness
+	caps Capabilities
+	unit time.Duration // the shortest TTL the suite uses
+}
+
+// verdict collects violations of the property under test. Anything else that goes
+// wrong (a server error, a setup step failing) fails the subtest directly.
+type verdict struct {
+	mu         sync.Mutex
+	violations []string
+}
+
+func (v *verdict) violated(format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.violations = append(v.violations, fmt.Sprintf(format, args...))
+}
+
+func (v *verdict) list() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.violations...)
+}
+
+func (s *suite) property(t *testing.T, p Property, check func(*testing.T, *verdict)) {
+	t.Run(string(p), func(t *testing.T) {
+		v := &verdict{}
+		check(t, v)
+		if t.Skipped() || t.Failed() {
+			return
+		}
+		seen := v.list()
+		weak := s.caps.Weak(p)
+		if weak {
+			if r, ok := s.h.(WeaknessReproducer); ok {
+				if len(seen) > 0 {
+					t.Errorf("%s violated without the fault that the declared weakness needs:\n  %s", p, strings.Join(seen, "\n  "))
+					return
+				}
+				if ev, handled := r.ReproduceWeakness(t, p); handled {
+					seen = ev
+				}
+			}
+		}
+		switch {
+		case weak && len(seen) == 0:
+			t.Errorf("%s is declared a weakness of this backend, but the violation did not reproduce: "+
+				"the backend or its documentation changed", p)
+		case weak:
+			t.Logf("declared weakness reproduced (%d violations), e.g.: %s", len(seen), seen[0])
+		case len(seen) > 0:
+			t.Errorf("%s violated:\n  %s", p, strings.Join(seen, "\n  "))
+		}
+	})
+}
+
+// client returns a new client that is closed when t ends.
+func (s *suite) client(t testing.TB) dlock.Locker {
+	t.Helper()
+	l := s.h.NewLocker(t)
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return l
+}
+
+// key returns a key no other test uses.
+func key(t testing.TB, name string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "conformance/" + name + "/" + hex.EncodeToString(b[:])
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, l dlock.Locker, k string, opts ...dlock.Option) dlock.Lease {
+	t.Helper()
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) on a free key: %v", k, err)
+	}
+	return ls
+}
+
+func release(t testing.TB, ls dlock.Lease) {
+	t.Helper()
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release(%q): %v", ls.Key(), err)
+	}
+}
+
+func isDone(ls dlock.Lease) bool {
+	select {
+	case <-ls.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// waitDone waits for ls to end and returns when it did.
+func waitDone(t testing.TB, ls dlock.Lease, within time.Duration) (time.Time, bool) {
+	t.Helper()
+	select {
+	case <-ls.Done():
+		return time.Now(), true
+	case <-time.After(within):
+		return time.Time{}, false
+	}
+}
+
+// sleepUntil sleeps until the moment at; the suite measures time-based properties, so
+// here the passing of time is the subject, not a stand-in for a signal.
+func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }

@@ -1,0 +1,129 @@
+// Package dlock is a distributed-lock framework: one small interface, Locker, with
+// several backends (in-memory, Redis, Redlock, MySQL, ZooKeeper, etcd) that all pass
+// one conformance suite (package conformance).
+//
+// A Locker hands out Leases. A Lease is one grant of one named lock to one owner: it
+// carries a fencing token, can be refreshed and released, and tells through Done and
+// Err when it has ended — released, lost, or past its validity as measured by this
+// process's monotonic clock.
+//
+// What no lock service can promise: a holder that is paused (GC, SIGSTOP, a slow
+// disk) for longer than its lease keeps running after its lease has ended, and a
+// second holder may already be inside. Protect the resource itself with the fencing
+// token (Lease.Token) where the backend provides one; see docs/tradeoffs.md.
+//
+// Backends are picked by constructor (memlock.New, redislock.New, …) or by URL with
+// Open after a blank import of the backend package.
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Locker hands out leases on named locks from one backend. Safe for concurrent use.
+//
+// Keys are valid UTF-8 strings of 1 to 255 bytes (ValidateKey); every backend accepts
+// every such key, and two different keys are always two different locks.
+type Locker interface {
+	// Acquire blocks until it holds the lock named key, ctx is done, or the backend fails.
+	// It returns ErrInvalidKey or ErrInvalidTTL for bad input, ErrClosed after Close,
+	// ErrNotAcquired (joined with ctx.Err()) when ctx ends first or the retry strategy
+	// gives up, and backend errors wrapped with %w.
+	Acquire(ctx context.Context, key string, opts ...Option) (Lease, error)
+	// TryAcquire makes one attempt; ErrNotAcquired if another owner holds key.
+	// Other errors are as for Acquire.
+	TryAcquire(ctx context.Context, key string, opts ...Option) (Lease, error)
+	// Close ends this client: leases it still holds are released (best effort, a short
+	// bounded wait) and end with ErrClosed; later calls return ErrClosed. Close is
+	// idempotent. A lease whose release did not reach the backend stays held there
+	// until its TTL or session ends.
+	Close() error
+}
+
+// Lease is one grant of one lock to one owner. Safe for concurrent use.
+type Lease interface {
+	// Key is the name of the lock, as given to Acquire.
+	Key() string
+	// Token is the fencing token: for one key, every later grant has a larger token.
+	// It is 0 where the backend cannot fence. A token only protects a resource that
+	// checks it (rejects a write whose token is lower than one it has seen).
+	Token() uint64
+	// Refresh extends the lease to ttl from now. It returns ErrNotHeld if the lease is
+	// no longer ours (then Done closes with ErrLost), ErrInvalidTTL for ttl <= 0,
+	// errors.ErrUnsupported where the backend has no per-lease TTL, and backend errors
+	// (the lease is then unchanged and ends at its old validity deadline).
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// Release gives the lock up. Only the owner's lease can release it; it returns
+	// ErrNotHeld if the lease had expired, was lost, or was already released. A backend
+	// error leaves the lease as it was (it may be retried); the lock then frees at the
+	// end of its TTL or session.
+	Release(ctx context.Context) error
+	// Done is closed when the lease ends: released, lost (session gone, renewal
+	// failed), or past its validity as measured conservatively by this client's
+	// monotonic clock (TTL minus clock drift, counted from before the request that
+	// granted or refreshed it).
+	Done() <-chan struct{}
+	// Err is nil while the lease is held, then says why Done closed: ErrReleased,
+	// ErrExpired, ErrLost or ErrClosed (possibly wrapping a backend error).
+	Err() error
+}
+
+// Sentinel errors. Test for them with errors.Is; backends wrap them with detail.
+var (
+	// ErrNotAcquired: the lock is held by another owner (TryAcquire), or Acquire gave up.
+	ErrNotAcquired = errors.New("dlock: lock not acquired")
+	// ErrNotHeld: the lease is no longer held (expired, lost, released, or taken over).
+	ErrNotHeld = errors.New("dlock: lock not held")
+	// ErrLost: a held lease ended without Release: its session ended, a renewal found
+	// the lock gone, or renewals failed until the validity deadline.
+	ErrLost = errors.New("dlock: lease lost")
+	// ErrExpired: a lease without auto-renewal reached its validity deadline.
+	ErrExpired = errors.New("dlock: lease expired")
+	// ErrReleased: the lease ended because its owner released it.
+	ErrReleased = errors.New("dlock: lease released")
+	// ErrClosed: the Locker was closed.
+	ErrClosed = errors.New("dlock: locker closed")
+	// ErrInvalidKey: the key is empty, longer than MaxKeyLen bytes, or not valid UTF-8.
+	ErrInvalidKey = errors.New("dlock: invalid key")
+	// ErrInvalidTTL: the TTL is zero, negative, or below the backend's minimum.
+	ErrInvalidTTL = errors.New("dlock: invalid ttl")
+	// ErrUnavailable: the backend cannot currently decide (e.g. Redlock cannot reach a
+	// quorum of its nodes).
+	ErrUnavailable = errors.New("dlock: backend unavailable")
+	// ErrInvalidURL: Open was given a URL it cannot use (unknown scheme, unknown query
+	// parameter, bad host list); the message names what was wrong.
+	ErrInvalidURL = errors.New("dlock: invalid url")
+)
+
+// MaxKeyLen is the longest key in bytes.
+const MaxKeyLen = 255
+
+// DefaultTTL is the lease TTL when Acquire is called without WithTTL.
+const DefaultTTL = 10 * time.Second
+
+// ValidateKey returns nil for a usable key and an error wrapping ErrInvalidKey that
+// says what is wrong otherwise. Usable keys are valid UTF-8 of 1..MaxKeyLen bytes; any
+// such key (slashes, dots, quotes, NUL, emoji) is a lock name of its own.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidKey, key)
+	}
+	return nil
+}
+
+// ValidateTTL returns nil for ttl > 0 and an error wrapping ErrInvalidTTL otherwise.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: %v (must be > 0)", ErrInvalidTTL, ttl)
+	}
+	return nil
+}

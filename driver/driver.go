@@ -1,0 +1,104 @@
+// Package driver is what a backend implements to become a dlock.Locker.
+//
+// A backend holds only its store's algorithm: one attempt to take a lock (Driver),
+// and the owner-checked refresh and release of a lock it took (Lock). Everything
+// else — key and TTL validation, the retry loop, auto-renewal, the local validity
+// deadline, Done/Err bookkeeping, observer calls, Close — is written once in
+// dlock.New. Optional interfaces, found by type assertion, let a backend wake
+// waiters on release (Notifier), queue waiters itself (Queuer), or report a lock
+// lost by its store (Sessioned).
+//
+// Errors: a backend returns dlock.ErrNotAcquired (or Busy) when another owner holds
+// the lock, dlock.ErrNotHeld when a refresh or release finds the lock is no longer
+// ours, and anything else (wrapped with %w) for failures of the store.
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is one client of a lock store. Safe for concurrent use.
+type Driver interface {
+	// TryLock makes one attempt to take key for ttl. When another owner holds key it
+	// returns Busy(remaining) or an error wrapping dlock.ErrNotAcquired. The key has
+	// been validated; the driver escapes it as its store needs.
+	TryLock(ctx context.Context, key string, ttl time.Duration) (Lock, error)
+	// Close releases the driver's resources. Locks still held need not be released;
+	// dlock.New releases them before calling Close.
+	Close() error
+}
+
+// Lock is one lock taken by TryLock or Queuer.Lock.
+type Lock interface {
+	// Token is the fencing token of this grant, 0 if the store cannot fence.
+	Token() uint64
+	// Refresh sets the lock's TTL to ttl from now if it is still ours; dlock.ErrNotHeld
+	// if not; errors.ErrUnsupported if the store has no per-lock TTL.
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// Unlock deletes the lock if it is still ours; dlock.ErrNotHeld if not.
+	Unlock(ctx context.Context) error
+}
+
+// BusyError reports that another owner holds the lock. dlock treats it as
+// dlock.ErrNotAcquired.
+type BusyError struct {
+	// Remaining is how long the holder's lease has left as the store sees it, or 0
+	// if unknown. A waiter does not wait longer than this before trying again.
+	Remaining time.Duration
+}
+
+func (e *BusyError) Error() string {
+	if e.Remaining > 0 {
+		return "lock held by another owner for " + e.Remaining.String()
+	}
+	return "lock held by another owner"
+}
+
+// Busy returns a *BusyError with the holder's remaining time (0 if unknown).
+func Busy(remaining time.Duration) error { return &BusyError{Remaining: remaining} }
+
+// Notifier is implemented by a Driver that can tell waiters a lock may have been
+// released, so that they need not poll.
+type Notifier interface {
+	// Subscribe starts listening for releases of key. The channel receives (it may
+	// drop values when full, and may fire spuriously) whenever key may have become
+	// free. Expiry need not be announced. stop ends the subscription and must be called.
+	Subscribe(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error)
+}
+
+// Queuer is implemented by a Driver that queues waiters itself (ZooKeeper's
+// sequential nodes, etcd's revisions). dlock then calls Lock for Acquire instead of a
+// retry loop over TryLock; retry strategies do not apply.
+type Queuer interface {
+	// Lock blocks until key is ours, ctx is done, or the store fails. On ctx's end it
+	// must leave nothing behind (no queued node) and return an error wrapping ctx.Err().
+	Lock(ctx context.Context, key string, ttl time.Duration) (Lock, error)
+}
+
+// Sessioned is implemented by a Lock that its store can take away (a session that
+// expires, a connection that dies). Lost is closed when the store says the lock is
+// gone; Cause then says why.
+type Sessioned interface {
+	Lost() <-chan struct{}
+	Cause() error
+}
+
+// Info describes a backend to the shared Locker.
+type Info struct {
+	// Name is the backend's name in errors and events, e.g. "redis".
+	Name string
+	// SessionTTL is true when locks last as long as a client session rather than a
+	// per-lock TTL (ZooKeeper, GET_LOCK): no local validity deadline is kept, TTL
+	// options are ignored, and loss is reported through Sessioned.
+	SessionTTL bool
+	// Drift is the clock drift allowed for a TTL: the local validity deadline is
+	// TTL − Drift(TTL) after the start of the request that set the TTL. Nil means
+	// DefaultDrift.
+	Drift func(ttl time.Duration) time.Duration
+	// MinTTL is the shortest TTL the store can honour; shorter ones are ErrInvalidTTL.
+	MinTTL time.Duration
+}
+
+// DefaultDrift allows 1% of the TTL plus 2ms, as the Redlock description does.
+func DefaultDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }

@@ -1,0 +1,65 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EventAcquire: an Acquire or TryAcquire call ended (Err nil when it granted a lease).
+	EventAcquire EventKind = iota + 1
+	// EventRenew: a refresh (explicit or automatic) ended (Err nil when it succeeded).
+	EventRenew
+	// EventEnd: a lease ended; Err says why (ErrReleased, ErrExpired, ErrLost, ErrClosed).
+	EventEnd
+)
+
+// Event is one observation. Fields not relevant to the Kind are zero.
+type Event struct {
+	Kind    EventKind
+	Backend string // the backend's name, e.g. "redis"
+	Key     string
+	// Duration: for EventAcquire the time spent in the call; for EventRenew the time
+	// the refresh took; for EventEnd how long the lease was held.
+	Duration time.Duration
+	// Attempts: for EventAcquire, how many times the backend was asked.
+	Attempts int
+	// Contended: for EventAcquire, whether the lock was found held at least once.
+	Contended bool
+	Err       error
+}
+
+// Observer receives events from Lockers. Observe is called synchronously on the
+// caller's or a lease's goroutine and must be fast and safe for concurrent use. When
+// no Observer is set nothing is measured.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// Observe returns a Locker that adds WithObserver(obs) before the options of every
+// call to l. Closing it closes l.
+func Observe(l Locker, obs Observer) Locker {
+	return observed{l, obs}
+}
+
+type observed struct {
+	Locker
+	obs Observer
+}
+
+func (o observed) Acquire(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return o.Locker.Acquire(ctx, key, append([]Option{WithObserver(o.obs)}, opts...)...)
+}
+
+func (o observed) TryAcquire(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return o.Locker.TryAcquire(ctx, key, append([]Option{WithObserver(o.obs)}, opts...)...)
+}
