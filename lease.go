@@ -105,6 +105,9 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < ls.l.info.MinTTL {
 		return fmt.Errorf("%w: %v is below the %s backend's minimum of %v", ErrInvalidTTL, ttl, ls.l.info.Name, ls.l.info.MinTTL)
 	}
+	if d := ls.l.info.Drift(ttl); ttl <= d {
+		return fmt.Errorf("%w: %v leaves no validity after the %v clock-drift allowance (%s)", ErrInvalidTTL, ttl, d, ls.l.info.Name)
+	}
 	ls.op.Lock()
 	defer ls.op.Unlock()
 	return ls.refresh(ctx, ttl)

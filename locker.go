@@ -63,6 +63,9 @@ func (l *locker) acquire(ctx context.Context, key string, wait bool, opts []Opti
 	if !l.info.SessionTTL && ttl < l.info.MinTTL {
 		return nil, fmt.Errorf("%w: %v is below the %s backend's minimum of %v", ErrInvalidTTL, ttl, l.info.Name, l.info.MinTTL)
 	}
+	if d := l.info.Drift(ttl); !l.info.SessionTTL && ttl <= d {
+		return nil, fmt.Errorf("%w: %v leaves no validity after the %v clock-drift allowance (%s)", ErrInvalidTTL, ttl, d, l.info.Name)
+	}
 	if l.isClosed() {
 		return nil, ErrClosed
 	}

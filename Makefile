@@ -1,0 +1,35 @@
+# dlock — make targets. `make test` is the test command CI runs (.ci/run).
+GO ?= go
+TEST_FLAGS ?= -race -count=1 -timeout 40m
+
+.PHONY: all deps test vet unit bench compose-config compose-up compose-down
+
+all: test
+
+# deps installs the server binaries the tests start (redis-server, mariadb, zookeeper,
+# faketime, docker-compose) when apt-get is there, and says what to do elsewhere.
+deps:
+	bash scripts/deps.sh
+
+vet:
+	$(GO) vet ./...
+
+# test: go vet, then every test under the race detector on real servers.
+test: deps vet
+	$(GO) test $(TEST_FLAGS) ./...
+
+# unit: the fast tests that need no server (the in-memory backend and the suite itself).
+unit:
+	$(GO) test $(TEST_FLAGS) . ./driver/... ./conformance/... ./backends/memlock/...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+compose-config:
+	docker-compose -f compose/docker-compose.yml config -q
+
+compose-up:
+	docker compose -f compose/docker-compose.yml up -d
+
+compose-down:
+	docker compose -f compose/docker-compose.yml down -v

@@ -1,0 +1,189 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// The suite must be able to fail. flawedDriver is a small in-memory lock store with
+// one deliberate flaw; TestSuiteCatchesFlaws runs the suite on it in a child test
+// process and demands that the matching property fails — and that declaring the
+// flaw as a weakness makes the suite demand (and see) the violation instead.
+
+type flaw string
+
+const (
+	noFlaw              flaw = ""
+	releaseIgnoresOwner flaw = "release-ignores-owner" // Unlock and Refresh act on whoever holds the key
+	neverExpires        flaw = "never-expires"         // TTLs are ignored
+	twoHolders          flaw = "two-holders"           // up to two owners at once
+	constantToken       flaw = "constant-token"        // every grant gets token 1
+)
+
+// flaws maps each flaw to the property it breaks.
+var flaws = map[flaw]conformance.Property{
+	releaseIgnoresOwner: conformance.OwnerOnlyRelease,
+	neverExpires:        conformance.DeadlockFreedom,
+	twoHolders:          conformance.MutualExclusion,
+	constantToken:       conformance.FencingMonotonic,
+}
+
+type flawedStore struct {
+	flaw  flaw
+	mu    sync.Mutex
+	locks map[string][]*flawedLock
+	token uint64
+}
+
+type flawedLock struct {
+	s       *flawedStore
+	key     string
+	token   uint64
+	expires time.Time
+}
+
+type flawedDriver struct{ s *flawedStore }
+
+func (d flawedDriver) Close() error { return nil }
+
+func (d flawedDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	live := s.locks[key][:0]
+	for _, l := range s.locks[key] {
+		if s.flaw == neverExpires || now.Before(l.expires) {
+			live = append(live, l)
+		}
+	}
+	s.locks[key] = live
+	limit := 1
+	if s.flaw == twoHolders {
+		limit = 2
+	}
+	if len(live) >= limit {
+		return nil, driver.Busy(0)
+	}
+	s.token++
+	l := &flawedLock{s: s, key: key, token: s.token, expires: now.Add(ttl)}
+	if s.flaw == constantToken {
+		l.token = 1
+	}
+	s.locks[key] = append(live, l)
+	return l, nil
+}
+
+func (l *flawedLock) Token() uint64 { return l.token }
+
+// find returns the index of l among key's live owners, or -1.
+func (l *flawedLock) find() int {
+	for i, o := range l.s.locks[l.key] {
+		if o == l && (l.s.flaw == neverExpires || time.Now().Before(o.expires)) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (l *flawedLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	i := l.find()
+	if i < 0 && l.s.flaw == releaseIgnoresOwner && len(l.s.locks[l.key]) > 0 {
+		i = 0
+	}
+	if i < 0 {
+		return dlock.ErrNotHeld
+	}
+	l.s.locks[l.key][i].expires = time.Now().Add(ttl)
+	return nil
+}
+
+func (l *flawedLock) Unlock(ctx context.Context) error {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.s.flaw == releaseIgnoresOwner {
+		delete(l.s.locks, l.key)
+		return nil
+	}
+	i := l.find()
+	if i < 0 {
+		return dlock.ErrNotHeld
+	}
+	l.s.locks[l.key] = append(l.s.locks[l.key][:i], l.s.locks[l.key][i+1:]...)
+	return nil
+}
+
+type flawedHarness struct {
+	s    *flawedStore
+	caps conformance.Capabilities
+}
+
+func (h flawedHarness) NewLocker(t testing.TB) dlock.Locker {
+	return dlock.New(flawedDriver{h.s}, driver.Info{Name: "flawed-" + string(h.s.flaw)})
+}
+
+func (h flawedHarness) Capabilities() conformance.Capabilities { return h.caps }
+
+// TestFlawedSuite runs the suite on the flawed store named by DLOCK_FLAW (declaring
+// the property DLOCK_DECLARE names as a weakness). It is run by TestSuiteCatchesFlaws.
+func TestFlawedSuite(t *testing.T) {
+	f, ok := os.LookupEnv("DLOCK_FLAW")
+	if !ok {
+		t.Skip("run by TestSuiteCatchesFlaws with DLOCK_FLAW set")
+	}
+	caps := conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
+	if p := os.Getenv("DLOCK_DECLARE"); p != "" {
+		caps.Weaknesses = []conformance.Property{conformance.Property(p)}
+	}
+	conformance.Run(t, flawedHarness{&flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}}, caps})
+}
+
+func TestSuiteCatchesFlaws(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child test processes")
+	}
+	for f, prop := range flaws {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			run := func(fl flaw, declare bool) (string, error) {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedSuite$/^"+string(prop)+"$", "-test.v", "-test.count=1")
+				cmd.Env = append(os.Environ(), "DLOCK_FLAW="+string(fl))
+				if declare {
+					cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))
+				}
+				out, err := cmd.CombinedOutput()
+				return string(out), err
+			}
+			fail := "--- FAIL: TestFlawedSuite/" + string(prop)
+			pass := "--- PASS: TestFlawedSuite/" + string(prop)
+
+			out, err := run(noFlaw, false)
+			if err != nil || !strings.Contains(out, pass) {
+				t.Fatalf("control run without a flaw: want %s to pass, got err %v:\n%s", prop, err, out)
+			}
+			out, err = run(f, false)
+			if err == nil || !strings.Contains(out, fail) {
+				t.Fatalf("flaw %s: want %s to fail, got err %v:\n%s", f, prop, err, out)
+			}
+			out, err = run(f, true)
+			if err != nil || !strings.Contains(out, pass) || !strings.Contains(out, "declared weakness reproduced") {
+				t.Fatalf("flaw %s declared as a weakness: want %s to pass with the violation reproduced, got err %v:\n%s", f, prop, err, out)
+			}
+			out, err = run(noFlaw, true)
+			if err == nil || !strings.Contains(out, "did not reproduce") {
+				t.Fatalf("weakness %s declared on a sound store: want the suite to fail, got err %v:\n%s", prop, err, out)
+			}
+		})
+	}
+}
