@@ -74,6 +74,10 @@ type Capabilities struct {
 	// Weaknesses: properties the backend is known not to guarantee. For each, the
 	// suite demands that the violation reproduces.
 	Weaknesses []Property
+	// FaultOutcomes overrides what RunFaults expects of a scenario (by default every
+	// guarantee holds, except that an unfenced resource sees a paused holder's
+	// write): e.g. {ServerRestart: Violated} for Redis without persistence.
+	FaultOutcomes map[Scenario]Status
 }
 
 // Weak reports whether p is a declared weakness.
