@@ -1,0 +1,156 @@
+package zklock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/zklock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+// tick is the tickTime of the servers internal/servers starts.
+const tick = 200 * time.Millisecond
+
+func TestMain(m *testing.M) {
+	// ZooKeeper reaps empty container nodes every minute by default; the servers this
+	// test binary starts inherit this and reap every 200ms (TestEmptyDirectoriesGo).
+	os.Setenv("JAVA_TOOL_OPTIONS", strings.TrimSpace(os.Getenv("JAVA_TOOL_OPTIONS")+" -Dznode.container.checkIntervalMs=200"))
+	code := m.Run()
+	servers.Shutdown()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// connect opens a raw go-zookeeper connection (no proxy) and waits for its session.
+func connect(t testing.TB, addrs []string, timeout time.Duration, opts ...func(*zk.Conn)) *zk.Conn {
+	t.Helper()
+	conn, events, err := zk.Connect(addrs, timeout, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case e := <-events:
+			if e.State == zk.StateHasSession {
+				return conn
+			}
+		case <-deadline:
+			t.Fatalf("no ZooKeeper session with %v", addrs)
+		}
+	}
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// harness gives the suite clients that each reach the servers through their own
+// proxies, so that Vanish can cut one client off the way a crash does: the
+// connection drops without a polite close, and the ensemble expires the session
+// one timeout later.
+type harness struct {
+	addrs   []string
+	root    string
+	timeout time.Duration
+	admin   *zk.Conn
+
+	mu      sync.Mutex
+	proxies map[dlock.Locker][]*servers.Proxy
+}
+
+func newHarness(t testing.TB, addrs []string, timeout time.Duration) *harness {
+	return &harness{addrs: addrs, root: "/dlock-test", timeout: timeout,
+		admin: connect(t, addrs, 10*time.Second), proxies: map[dlock.Locker][]*servers.Proxy{}}
+}
+
+// open returns a Locker through fresh proxies, closed when t ends.
+func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
+	t.Helper()
+	var hosts []string
+	var ps []*servers.Proxy
+	for _, a := range h.addrs {
+		p := servertest.Proxy(t, a)
+		ps = append(ps, p)
+		hosts = append(hosts, p.Addr())
+	}
+	u := fmt.Sprintf("zk://%s%s?session_timeout=%v", strings.Join(hosts, ","), h.root, h.timeout)
+	l, err := dlock.Open(ctxFor(t, 30*time.Second), u)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", u, err)
+	}
+	h.mu.Lock()
+	h.proxies[l] = ps
+	h.mu.Unlock()
+	return l, ps
+}
+
+func (h *harness) NewLocker(t testing.TB) dlock.Locker {
+	l, _ := h.open(t)
+	return l
+}
+
+func (h *harness) Capabilities() conformance.Capabilities {
+	// A vanished client's session ends one timeout after the ensemble last heard
+	// from it, rounded up to the next tick.
+	return conformance.Capabilities{Fencing: true, PerLeaseTTL: false, Refresh: false,
+		SessionTimeout: h.timeout + 2*tick}
+}
+
+// Vanish cuts every link of l: its connections drop and new ones are refused.
+func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
+	h.mu.Lock()
+	ps := h.proxies[l]
+	h.mu.Unlock()
+	if len(ps) == 0 {
+		t.Fatal("Vanish: not a client of this harness")
+	}
+	for _, p := range ps {
+		p.Cut()
+	}
+}
+
+// DeleteKey deletes every node in key's lock directory, as an operator would.
+func (h *harness) DeleteKey(t testing.TB, key string) {
+	dir := zklock.LockDir(h.root, key)
+	children, _, err := h.admin.Children(dir)
+	if err != nil {
+		t.Fatalf("DeleteKey(%q): %v", key, err)
+	}
+	if len(children) == 0 {
+		t.Fatalf("DeleteKey(%q): no lock node in %s", key, dir)
+	}
+	for _, c := range children {
+		if err := h.admin.Delete(dir+"/"+c, -1); err != nil {
+			t.Fatalf("DeleteKey(%q): %v", key, err)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	conformance.Run(t, newHarness(t, z.Addrs(), 2*time.Second))
+}
