@@ -102,6 +102,7 @@ func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
 	if err != nil {
 		t.Fatalf("Open(%s): %v", u, err)
 	}
+	t.Cleanup(func() { l.Close() }) // idempotent: the suite closes its clients too
 	h.mu.Lock()
 	h.proxies[l] = ps
 	h.mu.Unlock()
