@@ -398,7 +398,8 @@ func leaderKill(t *testing.T, h *harness, e *servers.ZKEnsemble) {
 			}
 		}()
 	}
-	defer func() { close(stop); wg.Wait() }()
+	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopAll()
 	timeout := time.After(90 * time.Second)
 	wait := func(n int) {
 		for range n {
@@ -420,12 +421,11 @@ func leaderKill(t *testing.T, h *harness, e *servers.ZKEnsemble) {
 		<-progress
 	}
 	wait(20)
-	close(stop)
-	wg.Wait()
-	stop = make(chan struct{})
+	resumed := time.Since(killedAt)
+	stopAll()
 	n, _ := res.Stats()
-	t.Logf("killed leader %s; %d grants in all, %d after the kill (service resumed %v later), %d acquire/release errors, %d leases lost",
-		leader.Addr(), n, afterKill.Load(), time.Since(killedAt).Round(time.Millisecond), acquireErrs.Load(), lost.Load())
+	t.Logf("killed leader %s; %d grants in all, %d after the kill (20 of them within %v), %d acquire/release errors, %d leases lost",
+		leader.Addr(), n, afterKill.Load(), resumed.Round(time.Millisecond), acquireErrs.Load(), lost.Load())
 	for _, o := range res.Overlaps() {
 		t.Errorf("mutual exclusion broken across the leader kill: %s", o)
 	}
