@@ -1,0 +1,291 @@
+package servers
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL is one MariaDB server (mariadbd), or an external MySQL/MariaDB given by
+// DLOCK_MYSQL_DSN. Clients connect as root over TCP to 127.0.0.1.
+type MySQL struct {
+	addr string
+	dir  string // temp root: data/, mariadb.log, sock
+	p    *proc
+
+	extCfg *mysql.Config // external: the DSN from the environment
+
+	closed closer
+}
+
+// Addr is host:port.
+func (m *MySQL) Addr() string { return m.addr }
+
+// LogPath is the server's log file ("" for external servers).
+func (m *MySQL) LogPath() string {
+	if m.p == nil {
+		return ""
+	}
+	return m.p.logPath
+}
+
+// External reports whether the server came from the environment.
+func (m *MySQL) External() bool { return m.p == nil }
+
+func (m *MySQL) dataDir() string { return filepath.Join(m.dir, "data") }
+
+func externalMySQL(dsn string) (*MySQL, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("DLOCK_MYSQL_DSN: %w", err)
+	}
+	return &MySQL{addr: cfg.Addr, extCfg: cfg}, nil
+}
+
+var mariadbTemplate struct {
+	mu  sync.Mutex
+	dir string
+}
+
+// mariadbTemplateDir initialises one MariaDB data directory per process with
+// mariadb-install-db; every server copies it (much faster than initialising).
+// Shutdown removes it.
+func mariadbTemplateDir(ctx context.Context) (string, error) {
+	t := &mariadbTemplate
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dir != "" {
+		return t.dir, nil
+	}
+	install, err := lookPath("mariadb-install-db")
+	if err != nil {
+		install, err = lookPath("mysql_install_db")
+	}
+	if err != nil {
+		return "", missing("mariadb-install-db", "mariadb-server")
+	}
+	dir, err := tempDir("mariadb-template")
+	if err != nil {
+		return "", err
+	}
+	data := filepath.Join(dir, "data")
+	cmd := exec.CommandContext(ctx, install, "--no-defaults", "--datadir="+data, "--user=root",
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+		"--innodb-log-file-size=16M")
+	cmd.SysProcAttr = childAttr()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("mariadb-install-db: %w\n%s", err, tail(string(out), 25))
+	}
+	t.dir = data
+	registerCleanup(func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		os.RemoveAll(dir)
+		t.dir = ""
+	})
+	return t.dir, nil
+}
+
+// StartMySQL starts a MariaDB server on a free loopback port, in a temporary
+// copy of an initialised data directory, and waits until it answers a ping.
+func StartMySQL(ctx context.Context) (*MySQL, error) {
+	bin, err := lookPath("mariadbd")
+	if err != nil {
+		bin, err = lookPath("mysqld")
+	}
+	if err != nil {
+		return nil, missing("mariadbd", "mariadb-server")
+	}
+	tmpl, err := mariadbTemplateDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := tempDir("mariadb")
+	if err != nil {
+		return nil, err
+	}
+	m := &MySQL{dir: dir}
+	if err := copyDir(tmpl, m.dataDir()); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		m.addr = hostPort(port)
+		m.p = &proc{
+			name: "mariadbd " + m.addr,
+			path: bin,
+			args: []string{
+				"--no-defaults",
+				"--datadir=" + m.dataDir(),
+				"--socket=" + filepath.Join(dir, "sock"),
+				"--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
+				"--port=" + strconv.Itoa(port),
+				"--bind-address=127.0.0.1",
+				"--user=root",
+				"--skip-log-bin",
+				"--skip-name-resolve",
+				"--performance-schema=OFF",
+				"--innodb-buffer-pool-size=32M",
+				"--innodb-log-file-size=16M",
+				"--max-connections=1000",
+				"--log-error=",
+			},
+			dir:     dir,
+			logPath: filepath.Join(dir, "mariadb.log"),
+		}
+		err = m.p.startReady(ctx, m.ready)
+		if err == nil {
+			return m, nil
+		}
+		if attempt < 3 && m.p.addrInUse() {
+			_ = os.Remove(m.p.logPath)
+			continue
+		}
+		os.RemoveAll(dir)
+		return nil, err
+	}
+}
+
+func (m *MySQL) ready(ctx context.Context) error {
+	db, err := sql.Open("mysql", m.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.PingContext(ctx)
+}
+
+// DSN returns a go-sql-driver/mysql DSN for database db ("" for none): root
+// over TCP, parseTime=true, loc=UTC, a 5s dial timeout.
+func (m *MySQL) DSN(db string) string {
+	var cfg *mysql.Config
+	if m.extCfg != nil {
+		cfg = m.extCfg.Clone()
+	} else {
+		cfg = mysql.NewConfig()
+		cfg.User = "root"
+		cfg.Net = "tcp"
+		cfg.Addr = m.addr
+	}
+	cfg.DBName = db
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	return cfg.FormatDSN()
+}
+
+var dbSeq atomic.Int64
+
+// NewDatabase creates a fresh, uniquely named database and returns its DSN.
+func (m *MySQL) NewDatabase(ctx context.Context) (string, error) {
+	name := fmt.Sprintf("dlock_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, dbSeq.Add(1))
+	db, err := sql.Open("mysql", m.DSN(""))
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		return "", fmt.Errorf("mysql %s: create database: %w", m.addr, err)
+	}
+	return m.DSN(name), nil
+}
+
+// DropDatabase drops a database made by NewDatabase (name or DSN accepted).
+func (m *MySQL) DropDatabase(ctx context.Context, nameOrDSN string) error {
+	name := nameOrDSN
+	if cfg, err := mysql.ParseDSN(nameOrDSN); err == nil && cfg.DBName != "" {
+		name = cfg.DBName
+	}
+	db, err := sql.Open("mysql", m.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`")
+	return err
+}
+
+// Stop shuts the server down gracefully (SIGTERM) and waits.
+func (m *MySQL) Stop() error {
+	if m.p == nil {
+		return ErrExternal
+	}
+	return m.p.stop(30 * time.Second)
+}
+
+// Kill sends SIGKILL and waits until the server is gone.
+func (m *MySQL) Kill() error {
+	if m.p == nil {
+		return ErrExternal
+	}
+	return m.p.kill()
+}
+
+// Pause freezes the server (SIGSTOP).
+func (m *MySQL) Pause() error {
+	if m.p == nil {
+		return ErrExternal
+	}
+	return m.p.pause()
+}
+
+// Resume continues a paused server (SIGCONT).
+func (m *MySQL) Resume() error {
+	if m.p == nil {
+		return ErrExternal
+	}
+	return m.p.resume()
+}
+
+// Restart stops the server if running (gracefully; Kill first for a crash),
+// replaces its data with a fresh initialised copy unless keepData, and starts
+// it again on the same port.
+func (m *MySQL) Restart(ctx context.Context, keepData bool) error {
+	if m.p == nil {
+		return ErrExternal
+	}
+	if err := m.p.stop(30 * time.Second); err != nil {
+		return err
+	}
+	if !keepData {
+		tmpl, err := mariadbTemplateDir(ctx)
+		if err != nil {
+			return err
+		}
+		if err := os.RemoveAll(m.dataDir()); err != nil {
+			return err
+		}
+		if err := copyDir(tmpl, m.dataDir()); err != nil {
+			return err
+		}
+	}
+	return m.p.startReady(ctx, m.ready)
+}
+
+// Close kills the server and removes its temporary directory. Idempotent.
+func (m *MySQL) Close() error {
+	return m.closed.do(func() error {
+		if m.p == nil {
+			return nil
+		}
+		return joinErrs(m.p.kill(), os.RemoveAll(m.dir))
+	})
+}

@@ -1,0 +1,376 @@
+package servers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultStartTimeout bounds a start-up (or restart) when the caller's context
+// has no deadline.
+const DefaultStartTimeout = 60 * time.Second
+
+// pollInterval is how often readiness checks are retried.
+const pollInterval = 15 * time.Millisecond
+
+// ErrExternal is returned by fault methods (Kill, Pause, Restart, ...) called on a
+// server that this package did not start (an address from the environment).
+var ErrExternal = errors.New("servers: server was not started by this process; faults need a local binary")
+
+// ErrNotRunning is returned by Pause/Resume on a stopped server.
+var ErrNotRunning = errors.New("servers: server is not running")
+
+// MissingError reports a server binary (or library) that is not installed.
+// Install holds a shell command that installs it.
+type MissingError struct {
+	What    string // e.g. "redis-server"
+	Install string // e.g. "sudo apt-get install -y redis-server (or: make deps)"
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s not found; install: %s", e.What, e.Install)
+}
+
+func missing(what, pkg string) error {
+	return &MissingError{What: what, Install: "sudo apt-get install -y --no-install-recommends " + pkg + " (or: make deps)"}
+}
+
+// IsMissing reports whether err says a server is not installed.
+func IsMissing(err error) bool {
+	var m *MissingError
+	return errors.As(err, &m)
+}
+
+// lookPath finds a binary on PATH or in the usual sbin directories (mariadbd
+// lives in /usr/sbin, which is not on every PATH).
+func lookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range []string{"/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/local/bin", "/usr/bin"} {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	// Hold all listeners until the end so the n ports are distinct.
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// withDefaultTimeout gives ctx a deadline when it has none.
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, DefaultStartTimeout)
+}
+
+// proc is one child server process, restartable with the same command line.
+type proc struct {
+	name    string // for messages, e.g. "redis-server 127.0.0.1:6379"
+	path    string
+	args    []string
+	env     []string // appended to os.Environ()
+	dir     string   // working directory
+	logPath string   // stdout+stderr of every run, appended
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the current run has exited
+	waitErr error
+	paused  bool
+}
+
+// start launches the process. It does not wait for readiness.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && !isClosed(p.done) {
+		return fmt.Errorf("%s: already running", p.name)
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "\n=== %s start %s: %s %s\n", time.Now().Format(time.RFC3339Nano), p.name, p.path, strings.Join(p.args, " "))
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Dir = p.dir
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	// Own process group (Kill/Pause hit the whole group) and SIGKILL when the
+	// test binary dies, even on panic or timeout. Pdeathsig fires when the
+	// forking OS thread exits, so fork from a locked thread that lives on.
+	cmd.SysProcAttr = childAttr()
+	runtime.LockOSThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.paused, p.waitErr = cmd, done, false, nil
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		p.waitErr = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+func isClosed(c chan struct{}) bool {
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// running reports whether the current run is alive, and its done channel.
+func (p *proc) state() (cmd *exec.Cmd, done chan struct{}, alive bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.done, p.cmd != nil && !isClosed(p.done)
+}
+
+// exited returns the done channel of the current run (closed when not running).
+func (p *proc) exited() <-chan struct{} {
+	_, done, _ := p.state()
+	if done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return done
+}
+
+func (p *proc) signalGroup(sig syscall.Signal) error {
+	cmd, _, alive := p.state()
+	if !alive {
+		return ErrNotRunning
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%s: signal %v: %w", p.name, sig, err)
+	}
+	return nil
+}
+
+// kill sends SIGKILL to the process group and waits for the exit. No-op when
+// not running.
+func (p *proc) kill() error {
+	cmd, done, alive := p.state()
+	if !alive {
+		return nil
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s: still alive 30s after SIGKILL", p.name)
+	}
+}
+
+// stop sends SIGTERM (and SIGCONT, in case it is paused) and waits up to
+// grace for the exit, then kills.
+func (p *proc) stop(grace time.Duration) error {
+	cmd, done, alive := p.state()
+	if !alive {
+		return nil
+	}
+	_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(grace):
+		return p.kill()
+	}
+}
+
+func (p *proc) pause() error {
+	if err := p.signalGroup(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.paused = true
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *proc) resume() error {
+	if err := p.signalGroup(syscall.SIGCONT); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.paused = false
+	p.mu.Unlock()
+	return nil
+}
+
+// logTail returns the last lines of the server log, for error messages.
+func (p *proc) logTail() string {
+	return tailFile(p.logPath, 25)
+}
+
+func tailFile(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	b = bytes.TrimRight(b, "\n")
+	parts := bytes.Split(b, []byte("\n"))
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return string(bytes.Join(parts, []byte("\n")))
+}
+
+// waitReady polls check until it succeeds, the process exits, or ctx ends.
+func (p *proc) waitReady(ctx context.Context, check func(ctx context.Context) error) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	exited := p.exited()
+	var last error
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			p.mu.Lock()
+			werr := p.waitErr
+			p.mu.Unlock()
+			return fmt.Errorf("%s exited during start-up (%v); log %s:\n%s", p.name, werr, p.logPath, p.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %w (last check: %v); log %s:\n%s", p.name, ctx.Err(), last, p.logPath, p.logTail())
+		case <-t.C:
+		}
+	}
+}
+
+// startReady starts the process and waits for readiness; on failure the process
+// is killed.
+func (p *proc) startReady(ctx context.Context, check func(ctx context.Context) error) error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	if err := p.waitReady(ctx, check); err != nil {
+		_ = p.kill()
+		return err
+	}
+	return nil
+}
+
+// addrInUse reports whether the last run's log says the port was taken (a race
+// with another process between freePort and the server's bind).
+func (p *proc) addrInUse() bool {
+	t := strings.ToLower(tailFile(p.logPath, 40))
+	return strings.Contains(t, "address already in use") || strings.Contains(t, "bindexception")
+}
+
+// tempDir makes a fresh temporary directory for one server.
+func tempDir(kind string) (string, error) {
+	return os.MkdirTemp("", "dlock-"+kind+"-")
+}
+
+// removeContents empties dir except for the names in keep.
+func removeContents(dir string, keep ...string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+outer:
+	for _, e := range ents {
+		for _, k := range keep {
+			if e.Name() == k {
+				continue outer
+			}
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dialCheck is a readiness check that only needs an accepting TCP port.
+func dialCheck(addr string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+}
+
+// closer runs f once; later calls return the first result.
+type closer struct {
+	once sync.Once
+	err  error
+}
+
+func (c *closer) do(f func() error) error {
+	c.once.Do(func() { c.err = f() })
+	return c.err
+}
+
+// joinErrs is errors.Join that skips nils.
+func joinErrs(errs ...error) error { return errors.Join(errs...) }

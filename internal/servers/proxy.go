@@ -1,0 +1,191 @@
+package servers
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+type proxyMode int
+
+const (
+	modeForward   proxyMode = iota
+	modeCut                 // refuse: close every connection at once
+	modeBlackhole           // accept, keep open, drop every byte
+	modeStall               // hold bytes (TCP back-pressure) until Restore
+	modeClosed
+)
+
+// Proxy is an in-process TCP proxy on a loopback port in front of one target,
+// for network faults: Cut, Blackhole, Stall, Restore.
+type Proxy struct {
+	target string
+	ln     net.Listener
+
+	mu    sync.Mutex
+	cond  *sync.Cond // broadcast on mode change
+	mode  proxyMode
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// NewProxy listens on a free loopback port and forwards every connection to
+// target.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.cond = sync.NewCond(&p.mu)
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's host:port; point clients here instead of the target.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Target is the address the proxy forwards to.
+func (p *Proxy) Target() string { return p.target }
+
+func (p *Proxy) setMode(m proxyMode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mode == modeClosed {
+		return
+	}
+	p.mode = m
+	if m == modeCut {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
+	p.cond.Broadcast()
+}
+
+// Cut closes every current connection and closes new ones as soon as they are
+// accepted (clients see resets / EOF at once), until Restore.
+func (p *Proxy) Cut() { p.setMode(modeCut) }
+
+// Blackhole keeps connections open (and accepts new ones) but silently drops
+// every byte in both directions, until Restore: clients see time-outs, not
+// errors. Bytes dropped in a blackhole are lost for good, so a connection used
+// during a blackhole is usually broken for its protocol afterwards.
+func (p *Proxy) Blackhole() { p.setMode(modeBlackhole) }
+
+// Stall holds every byte back (the proxy stops writing, so TCP back-pressure
+// builds up) without dropping anything; Restore delivers what was held. A
+// lagging link, not a broken one.
+func (p *Proxy) Stall() { p.setMode(modeStall) }
+
+// Restore forwards normally again. Connections closed by Cut stay closed.
+func (p *Proxy) Restore() { p.setMode(modeForward) }
+
+// Close stops listening and closes every connection. Idempotent.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.mode == modeClosed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.mode = modeClosed
+	for c := range p.conns {
+		c.Close()
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mode == modeClosed || p.mode == modeCut {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if !p.track(c) {
+			c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	defer p.untrack(client)
+	defer client.Close()
+	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	if !p.track(server) {
+		server.Close()
+		return
+	}
+	defer p.untrack(server)
+	defer server.Close()
+	done := make(chan struct{}, 2)
+	go func() { p.pipe(server, client); done <- struct{}{} }()
+	go func() { p.pipe(client, server); done <- struct{}{} }()
+	<-done
+	// One direction ended: end both.
+	client.Close()
+	server.Close()
+	<-done
+}
+
+// pipe copies src to dst, obeying the mode before every write.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.mode == modeStall {
+				p.cond.Wait()
+			}
+			m := p.mode
+			p.mu.Unlock()
+			switch m {
+			case modeCut, modeClosed:
+				return
+			case modeBlackhole:
+				// dropped
+			default:
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,596 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RedisOptions configures a Redis server started by StartRedis.
+type RedisOptions struct {
+	// AOF is the append-only-file fsync policy: "" (persistence off, the
+	// default: --save "" --appendonly no), "everysec" or "always".
+	AOF string
+	// FakeTimeOffset shifts the server's wall clock by this relative offset
+	// (libfaketime syntax: "+30s", "-2m", "+1.5h"; "+0" gives a real clock that
+	// ShiftClock can move later). Empty: real clock. The shift is done by a
+	// small LD_PRELOAD shim compiled from csrc/clockshim.c with cc (libfaketime
+	// deadlocks with jemalloc, which Debian's redis-server uses), or by
+	// libfaketime when no C compiler is available and the binary allows it.
+	// Monotonic clocks are not shifted.
+	FakeTimeOffset string
+	// Args are extra redis-server arguments, e.g. "--maxmemory", "10mb".
+	Args []string
+}
+
+// Redis is one redis-server. Handles made from an environment address (see
+// SharedRedis) are external: their fault methods return ErrExternal.
+type Redis struct {
+	addr string
+	port int
+	dir  string // temp root: data/, redis.log, faketime
+	opts RedisOptions
+	p    *proc
+
+	cluster bool
+
+	mu       sync.Mutex
+	fake     *fakeClock    // nil: real clock
+	clock    time.Duration // current fake offset
+	master   *Redis        // replicas: their master
+	link     *Proxy        // replicas: the replication link (replica -> link -> master)
+	promoted bool
+
+	closed closer
+}
+
+func (r *Redis) dataDir() string { return filepath.Join(r.dir, "data") }
+
+// Addr is host:port.
+func (r *Redis) Addr() string { return r.addr }
+
+// LogPath is the server's log file ("" for external servers).
+func (r *Redis) LogPath() string {
+	if r.p == nil {
+		return ""
+	}
+	return r.p.logPath
+}
+
+// External reports whether the server came from the environment.
+func (r *Redis) External() bool { return r.p == nil }
+
+func externalRedis(addr string) *Redis { return &Redis{addr: addr} }
+
+func redisBinary() (string, error) {
+	p, err := lookPath("redis-server")
+	if err != nil {
+		return "", missing("redis-server", "redis-server")
+	}
+	return p, nil
+}
+
+// StartRedis starts a redis-server on a free loopback port in a temporary
+// directory and waits until it answers PING.
+func StartRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+	return startRedis(ctx, o, false, "")
+}
+
+func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf string) (*Redis, error) {
+	switch o.AOF {
+	case "", "everysec", "always":
+	default:
+		return nil, fmt.Errorf("servers: RedisOptions.AOF %q: want \"\", \"everysec\" or \"always\"", o.AOF)
+	}
+	bin, err := redisBinary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := tempDir("redis")
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{dir: dir, opts: o, cluster: cluster}
+	var env []string
+	if o.FakeTimeOffset != "" {
+		d, spec, err := parseFakeOffset(o.FakeTimeOffset)
+		if err == nil {
+			r.fake, env, err = newFakeClock(bin, dir, d, spec)
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		r.clock = d
+	}
+	if err := os.MkdirAll(r.dataDir(), 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		r.port, r.addr = port, hostPort(port)
+		r.p = &proc{
+			name:    "redis-server " + r.addr,
+			path:    bin,
+			dir:     dir,
+			env:     env,
+			logPath: filepath.Join(dir, "redis.log"),
+		}
+		r.p.args = r.args(replicaOf)
+		err = r.p.startReady(ctx, r.ready)
+		if err == nil {
+			break
+		}
+		if attempt < 3 && r.p.addrInUse() {
+			_ = os.Remove(r.p.logPath)
+			continue
+		}
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if o.FakeTimeOffset != "" {
+		if err := r.waitClock(ctx, r.clock); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *Redis) args(replicaOf string) []string {
+	a := []string{
+		"--port", strconv.Itoa(r.port),
+		"--bind", "127.0.0.1",
+		"--dir", r.dataDir(),
+		"--daemonize", "no",
+		"--logfile", "",
+		"--save", "",
+		"--shutdown-timeout", "0",
+		"--repl-diskless-sync-delay", "0",
+	}
+	if r.opts.AOF == "" {
+		a = append(a, "--appendonly", "no")
+	} else {
+		a = append(a, "--appendonly", "yes", "--appendfsync", r.opts.AOF)
+	}
+	if r.cluster {
+		a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000")
+	}
+	if replicaOf != "" {
+		host, port, _ := strings.Cut(replicaOf, ":")
+		a = append(a, "--replicaof", host, port)
+	}
+	return append(a, r.opts.Args...)
+}
+
+// ready succeeds once the server answers PING (not -LOADING).
+func (r *Redis) ready(ctx context.Context) error {
+	s, err := respDo(ctx, r.addr, "PING")
+	if err != nil {
+		return err
+	}
+	if s != "PONG" {
+		return fmt.Errorf("PING: %q", s)
+	}
+	return nil
+}
+
+// Do sends one command on a fresh connection and returns the reply as text
+// (see the package doc). It is meant for set-up and checks, not for load.
+func (r *Redis) Do(ctx context.Context, args ...string) (string, error) {
+	return respDo(ctx, r.addr, args...)
+}
+
+// Stop shuts the server down gracefully (SIGTERM: AOF flushed) and waits.
+func (r *Redis) Stop() error {
+	if r.p == nil {
+		return ErrExternal
+	}
+	return r.p.stop(15 * time.Second)
+}
+
+// Kill sends SIGKILL to the server and waits until it is gone.
+func (r *Redis) Kill() error {
+	if r.p == nil {
+		return ErrExternal
+	}
+	return r.p.kill()
+}
+
+// Pause freezes the server (SIGSTOP): connections stay open, commands hang.
+func (r *Redis) Pause() error {
+	if r.p == nil {
+		return ErrExternal
+	}
+	return r.p.pause()
+}
+
+// Resume continues a paused server (SIGCONT).
+func (r *Redis) Resume() error {
+	if r.p == nil {
+		return ErrExternal
+	}
+	return r.p.resume()
+}
+
+// Restart stops the server if it is still running (gracefully; call Kill
+// first to simulate a crash), wipes its data unless keepData (the cluster
+// membership file nodes.conf is always kept), and starts it again on the same
+// port, waiting until it answers.
+func (r *Redis) Restart(ctx context.Context, keepData bool) error {
+	if r.p == nil {
+		return ErrExternal
+	}
+	if err := r.p.stop(15 * time.Second); err != nil {
+		return err
+	}
+	if !keepData {
+		if err := removeContents(r.dataDir(), "nodes.conf"); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	replicaOf := ""
+	if r.link != nil && !r.promoted {
+		replicaOf = r.link.Addr()
+	}
+	clock := r.clock
+	r.mu.Unlock()
+	r.p.args = r.args(replicaOf)
+	if err := r.p.startReady(ctx, r.ready); err != nil {
+		return err
+	}
+	if r.opts.FakeTimeOffset != "" {
+		return r.waitClock(ctx, clock)
+	}
+	return nil
+}
+
+// Close kills the server and removes its temporary directory (and, for a
+// replica, its replication link). Idempotent.
+func (r *Redis) Close() error {
+	return r.closed.do(func() error {
+		if r.p == nil {
+			return nil
+		}
+		err := r.p.kill()
+		r.mu.Lock()
+		link := r.link
+		r.mu.Unlock()
+		if link != nil {
+			link.Close()
+		}
+		return joinErrs(err, os.RemoveAll(r.dir))
+	})
+}
+
+// ShiftClock sets the server's wall-clock offset from the real clock, e.g.
+// "+60s" (an absolute offset, not added to the previous one) and waits until
+// the server's TIME shows it. The server must have been started with a
+// FakeTimeOffset (use "+0" for a real clock that can be shifted later).
+func (r *Redis) ShiftClock(ctx context.Context, offset string) error {
+	if r.p == nil {
+		return ErrExternal
+	}
+	if r.fake == nil {
+		return errors.New("servers: ShiftClock needs a Redis started with RedisOptions.FakeTimeOffset (e.g. \"+0\")")
+	}
+	d, spec, err := parseFakeOffset(offset)
+	if err != nil {
+		return err
+	}
+	if err := r.fake.set(d, spec); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.clock = d
+	r.mu.Unlock()
+	return r.waitClock(ctx, d)
+}
+
+// ClockOffset returns the server's clock minus the local clock, measured with
+// the TIME command.
+func (r *Redis) ClockOffset(ctx context.Context) (time.Duration, error) {
+	before := time.Now()
+	s, err := respDo(ctx, r.addr, "TIME")
+	after := time.Now()
+	if err != nil {
+		return 0, err
+	}
+	secs, usecs, ok := strings.Cut(s, "\n")
+	if !ok {
+		return 0, fmt.Errorf("TIME: %q", s)
+	}
+	sec, err1 := strconv.ParseInt(secs, 10, 64)
+	usec, err2 := strconv.ParseInt(usecs, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("TIME: %q", s)
+	}
+	server := time.Unix(sec, usec*1000)
+	mid := before.Add(after.Sub(before) / 2)
+	return server.Sub(mid), nil
+}
+
+// waitClock polls TIME until the server's offset is want (±500ms).
+func (r *Redis) waitClock(ctx context.Context, want time.Duration) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	var got time.Duration
+	var err error
+	for {
+		got, err = r.ClockOffset(ctx)
+		if err == nil && math.Abs(float64(got-want)) < float64(500*time.Millisecond) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis %s: clock offset is %v (err %v), want %v: %w", r.addr, got, err, want, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// StartRedisMasters starts n independent Redis masters in parallel (Redlock).
+func StartRedisMasters(ctx context.Context, n int) ([]*Redis, error) {
+	rs := make([]*Redis, n)
+	err := parallel(n, func(i int) error {
+		r, err := StartRedis(ctx, RedisOptions{})
+		rs[i] = r
+		return err
+	})
+	if err != nil {
+		closeAll(rs)
+		return nil, err
+	}
+	return rs, nil
+}
+
+func closeAll[T interface{ Close() error }](xs []T) {
+	for _, x := range xs {
+		if any(x) != nil && !isNilPtr(x) {
+			x.Close()
+		}
+	}
+}
+
+func isNilPtr(x any) bool {
+	switch v := x.(type) {
+	case *Redis:
+		return v == nil
+	case *ZooKeeper:
+		return v == nil
+	case *Etcd:
+		return v == nil
+	case *MySQL:
+		return v == nil
+	}
+	return false
+}
+
+// parallel runs f(0..n-1) concurrently and returns the errors joined.
+func parallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// StartRedisReplicaPair starts a master and a replica of it. The replica
+// replicates through an in-process Proxy, so PauseReplication can hold the
+// stream back (the replica falls behind while both stay up) and
+// ResumeReplication lets it catch up. It returns once the replica is in sync.
+func StartRedisReplicaPair(ctx context.Context) (master, replica *Redis, err error) {
+	master, err = StartRedis(ctx, RedisOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	link, err := NewProxy(master.Addr())
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	replica, err = startRedis(ctx, RedisOptions{}, false, link.Addr())
+	if err != nil {
+		link.Close()
+		master.Close()
+		return nil, nil, err
+	}
+	replica.master, replica.link = master, link
+	if err := replica.WaitInSync(ctx); err != nil {
+		replica.Close()
+		master.Close()
+		return nil, nil, err
+	}
+	return master, replica, nil
+}
+
+// Master returns the master of a replica (nil for a master).
+func (r *Redis) Master() *Redis { return r.master }
+
+// Link returns the replication link proxy of a replica (nil for a master).
+func (r *Redis) Link() *Proxy { return r.link }
+
+func (r *Redis) replicaOnly() error {
+	if r.link == nil {
+		return errors.New("servers: not a replica started by StartRedisReplicaPair")
+	}
+	return nil
+}
+
+// PauseReplication holds the replication stream back in the link proxy: the
+// master keeps accepting writes and the replica keeps serving reads, but the
+// replica no longer receives the writes (nor does the master receive acks).
+func (r *Redis) PauseReplication() error {
+	if err := r.replicaOnly(); err != nil {
+		return err
+	}
+	r.link.Stall()
+	return nil
+}
+
+// ResumeReplication releases the held stream and waits until the replica has
+// caught up with the master.
+func (r *Redis) ResumeReplication(ctx context.Context) error {
+	if err := r.replicaOnly(); err != nil {
+		return err
+	}
+	r.link.Restore()
+	return r.WaitInSync(ctx)
+}
+
+// WaitInSync waits until the replica's link is up and it has processed every
+// write the master had when WaitInSync was called.
+func (r *Redis) WaitInSync(ctx context.Context) error {
+	if err := r.replicaOnly(); err != nil {
+		return err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	minfo, err := respDo(ctx, r.master.addr, "INFO", "replication")
+	if err != nil {
+		return fmt.Errorf("master INFO: %w", err)
+	}
+	want, _ := strconv.ParseInt(infoField(minfo, "master_repl_offset"), 10, 64)
+	var last string
+	for {
+		info, err := respDo(ctx, r.addr, "INFO", "replication")
+		if err == nil {
+			last = info
+			got, _ := strconv.ParseInt(infoField(info, "slave_repl_offset"), 10, 64)
+			if infoField(info, "master_link_status") == "up" && got >= want {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replica %s not in sync (want offset %d): %w\n%s", r.addr, want, ctx.Err(), last)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// Promote turns a replica into a master (REPLICAOF NO ONE). It stays a master
+// across Restart.
+func (r *Redis) Promote(ctx context.Context) error {
+	if err := r.replicaOnly(); err != nil {
+		return err
+	}
+	if _, err := respDo(ctx, r.addr, "REPLICAOF", "NO", "ONE"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.promoted = true
+	r.mu.Unlock()
+	return nil
+}
+
+// RedisCluster is a Redis Cluster of masters only (no replicas), slots spread
+// evenly by redis-cli --cluster create.
+type RedisCluster struct {
+	Nodes []*Redis
+}
+
+// Addrs returns every node's address.
+func (c *RedisCluster) Addrs() []string {
+	a := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		a[i] = n.Addr()
+	}
+	return a
+}
+
+// Close closes every node.
+func (c *RedisCluster) Close() error {
+	var errs []error
+	for _, n := range c.Nodes {
+		errs = append(errs, n.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// StartRedisCluster starts masters (at least 3) cluster-enabled nodes, creates
+// the cluster with redis-cli and waits until every node reports cluster_state:ok
+// and knows all slots and nodes.
+func StartRedisCluster(ctx context.Context, masters int) (*RedisCluster, error) {
+	if masters < 3 {
+		return nil, fmt.Errorf("servers: a Redis cluster needs at least 3 masters, got %d", masters)
+	}
+	cli, err := lookPath("redis-cli")
+	if err != nil {
+		return nil, missing("redis-cli", "redis-tools")
+	}
+	c := &RedisCluster{Nodes: make([]*Redis, masters)}
+	err = parallel(masters, func(i int) error {
+		r, err := startRedis(ctx, RedisOptions{}, true, "")
+		c.Nodes[i] = r
+		return err
+	})
+	if err != nil {
+		closeAll(c.Nodes)
+		return nil, err
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
+	}
+	if err := c.WaitOK(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// WaitOK waits until every running node reports cluster_state:ok, 16384 slots
+// ok and all nodes known.
+func (c *RedisCluster) WaitOK(ctx context.Context) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for {
+		var bad string
+		for _, n := range c.Nodes {
+			info, err := respDo(ctx, n.addr, "CLUSTER", "INFO")
+			if err != nil {
+				bad = n.addr + ": " + err.Error()
+				break
+			}
+			if infoField(info, "cluster_state") != "ok" ||
+				infoField(info, "cluster_slots_ok") != "16384" ||
+				infoField(info, "cluster_known_nodes") != strconv.Itoa(len(c.Nodes)) {
+				bad = n.addr + ":\n" + info
+				break
+			}
+		}
+		if bad == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis cluster not ok: %w; %s", ctx.Err(), bad)
+		case <-time.After(pollInterval):
+		}
+	}
+}

@@ -1,0 +1,237 @@
+// Package servertest gives tests real servers from package servers, with
+// t.Cleanup registered and the skip-or-fail policy applied: a server that is
+// not installed skips the test with the install command, unless
+// DLOCK_REQUIRE_SERVERS=1, when it fails it.
+//
+// Shared servers (Redis, MySQL, ZooKeeper, Etcd) are started once per test
+// binary and must not be faulted; callers keep apart by unique keys (MySQL:
+// a fresh database per test). Private servers (New*, clusters) belong to one
+// test, which may kill, pause and restart them. A package using shared
+// servers calls Main from its TestMain:
+//
+//	func TestMain(m *testing.M) { servertest.Main(m) }
+package servertest
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/servers"
+)
+
+// Main runs the tests, then stops every shared server and exits with the
+// tests' status.
+func Main(m *testing.M) {
+	code := m.Run()
+	servers.Shutdown()
+	os.Exit(code)
+}
+
+// startCtx bounds a start-up.
+func startCtx(t testing.TB) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), servers.DefaultStartTimeout)
+}
+
+// check skips (server not installed, unless DLOCK_REQUIRE_SERVERS=1) or fails
+// the test on err.
+func check(t testing.TB, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if servers.IsMissing(err) && !servers.RequireServers() {
+		t.Skipf("%s: %v", what, err)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+func start[T any](t testing.TB, what string, f func(ctx context.Context) (T, error)) T {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	t0 := time.Now()
+	v, err := f(ctx)
+	check(t, what, err)
+	t.Logf("%s ready in %v", what, time.Since(t0).Round(time.Millisecond))
+	return v
+}
+
+func cleanup(t testing.TB, c interface{ Close() error }) {
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+}
+
+// Redis returns the Redis shared by the whole test binary (see
+// servers.SharedRedis). Do not fault it; use unique keys.
+func Redis(t testing.TB) *servers.Redis {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	r, err := servers.SharedRedis(ctx)
+	check(t, "shared redis", err)
+	return r
+}
+
+// NewRedis starts a private Redis, closed when the test ends.
+func NewRedis(t testing.TB, o servers.RedisOptions) *servers.Redis {
+	t.Helper()
+	r := start(t, "redis", func(ctx context.Context) (*servers.Redis, error) { return servers.StartRedis(ctx, o) })
+	cleanup(t, r)
+	return r
+}
+
+// RedisMasters starts n private independent masters (Redlock). Without
+// redis-server it falls back to DLOCK_REDLOCK_ADDRS (external: not faultable).
+func RedisMasters(t testing.TB, n int) []*servers.Redis {
+	t.Helper()
+	rs := start(t, "redis masters", func(ctx context.Context) ([]*servers.Redis, error) {
+		rs, err := servers.StartRedisMasters(ctx, n)
+		if servers.IsMissing(err) {
+			if ext := servers.RedisMastersFromEnv(n); ext != nil {
+				return ext, nil
+			}
+		}
+		return rs, err
+	})
+	for _, r := range rs {
+		cleanup(t, r)
+	}
+	return rs
+}
+
+// RedisReplicaPair starts a private master and its replica.
+func RedisReplicaPair(t testing.TB) (master, replica *servers.Redis) {
+	t.Helper()
+	type pair struct{ m, r *servers.Redis }
+	p := start(t, "redis replica pair", func(ctx context.Context) (pair, error) {
+		m, r, err := servers.StartRedisReplicaPair(ctx)
+		return pair{m, r}, err
+	})
+	cleanup(t, p.r)
+	cleanup(t, p.m)
+	return p.m, p.r
+}
+
+// RedisCluster starts a private Redis Cluster of n masters (n >= 3).
+func RedisCluster(t testing.TB, n int) *servers.RedisCluster {
+	t.Helper()
+	c := start(t, "redis cluster", func(ctx context.Context) (*servers.RedisCluster, error) {
+		return servers.StartRedisCluster(ctx, n)
+	})
+	cleanup(t, c)
+	return c
+}
+
+// MySQL returns the MySQL server shared by the test binary. Do not fault it.
+func MySQL(t testing.TB) *servers.MySQL {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	m, err := servers.SharedMySQL(ctx)
+	check(t, "shared mysql", err)
+	return m
+}
+
+// MySQLDSN returns the DSN of a fresh database on the shared MySQL server,
+// dropped when the test ends.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	return NewDatabase(t, MySQL(t))
+}
+
+// NewDatabase creates a fresh database on m, dropped when the test ends.
+func NewDatabase(t testing.TB, m *servers.MySQL) string {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	dsn, err := m.NewDatabase(ctx)
+	if err != nil {
+		t.Fatalf("mysql: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = m.DropDatabase(ctx, dsn) // the server may be dead by now: best effort
+	})
+	return dsn
+}
+
+// NewMySQL starts a private MariaDB server, closed when the test ends.
+func NewMySQL(t testing.TB) *servers.MySQL {
+	t.Helper()
+	m := start(t, "mysql", servers.StartMySQL)
+	cleanup(t, m)
+	return m
+}
+
+// ZooKeeper returns the ZooKeeper shared by the test binary. Do not fault it.
+func ZooKeeper(t testing.TB) *servers.ZooKeeper {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	z, err := servers.SharedZooKeeper(ctx)
+	check(t, "shared zookeeper", err)
+	return z
+}
+
+// NewZooKeeper starts a private standalone ZooKeeper.
+func NewZooKeeper(t testing.TB) *servers.ZooKeeper {
+	t.Helper()
+	z := start(t, "zookeeper", servers.StartZooKeeper)
+	cleanup(t, z)
+	return z
+}
+
+// ZKEnsemble starts a private n-member ZooKeeper ensemble.
+func ZKEnsemble(t testing.TB, n int) *servers.ZKEnsemble {
+	t.Helper()
+	e := start(t, "zookeeper ensemble", func(ctx context.Context) (*servers.ZKEnsemble, error) {
+		return servers.StartZooKeeperEnsemble(ctx, n)
+	})
+	cleanup(t, e)
+	return e
+}
+
+// Etcd returns the etcd shared by the test binary. Do not fault it.
+func Etcd(t testing.TB) *servers.Etcd {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	e, err := servers.SharedEtcd(ctx)
+	check(t, "shared etcd", err)
+	return e
+}
+
+// NewEtcd starts a private single-member etcd in this process.
+func NewEtcd(t testing.TB) *servers.Etcd {
+	t.Helper()
+	e := start(t, "etcd", servers.StartEtcd)
+	cleanup(t, e)
+	return e
+}
+
+// EtcdCluster starts a private n-member etcd cluster in this process.
+func EtcdCluster(t testing.TB, n int) *servers.EtcdCluster {
+	t.Helper()
+	c := start(t, "etcd cluster", func(ctx context.Context) (*servers.EtcdCluster, error) {
+		return servers.StartEtcdCluster(ctx, n)
+	})
+	cleanup(t, c)
+	return c
+}
+
+// Proxy starts a TCP proxy in front of target, closed when the test ends.
+func Proxy(t testing.TB, target string) *servers.Proxy {
+	t.Helper()
+	p, err := servers.NewProxy(target)
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	cleanup(t, p)
+	return p
+}

@@ -1,0 +1,172 @@
+package servers
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+)
+
+// Environment variables naming servers to use instead of starting them.
+const (
+	EnvRedisAddrs   = "DLOCK_REDIS_ADDRS"   // comma list; the first is the shared server
+	EnvRedlockAddrs = "DLOCK_REDLOCK_ADDRS" // comma list of independent masters (SharedRedisMasters)
+	EnvMySQLDSN     = "DLOCK_MYSQL_DSN"     // go-sql-driver DSN of a user allowed to CREATE DATABASE
+	EnvZKAddrs      = "DLOCK_ZK_ADDRS"      // comma list
+	EnvEtcdAddrs    = "DLOCK_ETCD_ADDRS"    // comma list of client host:port
+	EnvRequire      = "DLOCK_REQUIRE_SERVERS"
+)
+
+// RequireServers reports whether DLOCK_REQUIRE_SERVERS=1: a missing server is
+// then a failure, not a skip.
+func RequireServers() bool { return os.Getenv(EnvRequire) == "1" }
+
+func envList(name string) []string {
+	var out []string
+	for _, s := range strings.Split(os.Getenv(name), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// once caches the outcome of starting one shared server until Shutdown.
+type shared[T any] struct {
+	mu  sync.Mutex
+	v   T
+	err error
+	ok  bool
+}
+
+func (s *shared[T]) get(start func() (T, error)) (T, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ok {
+		s.v, s.err = start()
+		s.ok = true
+	}
+	return s.v, s.err
+}
+
+func (s *shared[T]) reset() (T, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, had := s.v, s.ok && s.err == nil
+	var zero T
+	s.v, s.err, s.ok = zero, nil, false
+	return v, had
+}
+
+var (
+	sharedRedis  shared[*Redis]
+	sharedMySQL  shared[*MySQL]
+	sharedZK     shared[*ZooKeeper]
+	sharedEtcd   shared[*Etcd]
+	cleanupMu    sync.Mutex
+	cleanupFuncs []func()
+)
+
+func registerCleanup(f func()) {
+	cleanupMu.Lock()
+	cleanupFuncs = append(cleanupFuncs, f)
+	cleanupMu.Unlock()
+}
+
+// SharedRedis returns the process-wide Redis: the first DLOCK_REDIS_ADDRS
+// address, else a local redis-server started on first use. Callers must not
+// fault it and must use unique keys.
+func SharedRedis(ctx context.Context) (*Redis, error) {
+	return sharedRedis.get(func() (*Redis, error) {
+		if a := envList(EnvRedisAddrs); len(a) > 0 {
+			return externalRedis(a[0]), nil
+		}
+		return StartRedis(ctx, RedisOptions{})
+	})
+}
+
+// SharedMySQL returns the process-wide MySQL server: DLOCK_MYSQL_DSN, else a
+// local MariaDB started on first use. Use NewDatabase for a private database.
+func SharedMySQL(ctx context.Context) (*MySQL, error) {
+	return sharedMySQL.get(func() (*MySQL, error) {
+		if dsn := os.Getenv(EnvMySQLDSN); dsn != "" {
+			return externalMySQL(dsn)
+		}
+		return StartMySQL(ctx)
+	})
+}
+
+// SharedZooKeeper returns the process-wide ZooKeeper: DLOCK_ZK_ADDRS, else a
+// local standalone server started on first use.
+func SharedZooKeeper(ctx context.Context) (*ZooKeeper, error) {
+	return sharedZK.get(func() (*ZooKeeper, error) {
+		if a := envList(EnvZKAddrs); len(a) > 0 {
+			return externalZooKeeper(a), nil
+		}
+		return StartZooKeeper(ctx)
+	})
+}
+
+// SharedEtcd returns the process-wide etcd: DLOCK_ETCD_ADDRS, else a single
+// member embedded in this process, started on first use.
+func SharedEtcd(ctx context.Context) (*Etcd, error) {
+	return sharedEtcd.get(func() (*Etcd, error) {
+		if a := envList(EnvEtcdAddrs); len(a) > 0 {
+			return externalEtcd(a), nil
+		}
+		return StartEtcd(ctx)
+	})
+}
+
+// RedisMastersFromEnv returns n external masters from DLOCK_REDLOCK_ADDRS, or
+// nil when it names fewer than n. Used when redis-server is not installed.
+func RedisMastersFromEnv(n int) []*Redis {
+	a := envList(EnvRedlockAddrs)
+	if len(a) < n {
+		return nil
+	}
+	rs := make([]*Redis, n)
+	for i := range rs {
+		rs[i] = externalRedis(a[i])
+	}
+	return rs
+}
+
+// Shutdown closes every shared server and removes process-wide temporary
+// files (the MariaDB template). Later Shared* calls start new servers. Call
+// it before exiting (servertest.Main does).
+func Shutdown() {
+	var wg sync.WaitGroup
+	closeShared := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	closeShared(func() {
+		if v, ok := sharedRedis.reset(); ok {
+			v.Close()
+		}
+	})
+	closeShared(func() {
+		if v, ok := sharedMySQL.reset(); ok {
+			v.Close()
+		}
+	})
+	closeShared(func() {
+		if v, ok := sharedZK.reset(); ok {
+			v.Close()
+		}
+	})
+	closeShared(func() {
+		if v, ok := sharedEtcd.reset(); ok {
+			v.Close()
+		}
+	})
+	wg.Wait()
+	cleanupMu.Lock()
+	fs := cleanupFuncs
+	cleanupFuncs = nil
+	cleanupMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}

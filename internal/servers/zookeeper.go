@@ -1,0 +1,412 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ZooKeeper is one ZooKeeper server (Java, QuorumPeerMain), standalone or a
+// member of a ZKEnsemble, or an external one from DLOCK_ZK_ADDRS. Servers run
+// with tickTime=200ms, so sessions from 400ms to 60s are allowed.
+type ZooKeeper struct {
+	addr string
+	dir  string // temp root: zoo.cfg, data/, zookeeper.log
+	p    *proc
+	id   int         // myid in an ensemble, 0 standalone
+	ens  *ZKEnsemble // nil standalone
+	ext  []string    // external: every address given
+
+	closed closer
+}
+
+// Addr is host:port of the client port.
+func (z *ZooKeeper) Addr() string { return z.addr }
+
+// Addrs is the list a client should be given: this server, or every address
+// from DLOCK_ZK_ADDRS for an external one.
+func (z *ZooKeeper) Addrs() []string {
+	if len(z.ext) > 0 {
+		return append([]string(nil), z.ext...)
+	}
+	return []string{z.addr}
+}
+
+// ID is the server's myid in an ensemble (0 when standalone).
+func (z *ZooKeeper) ID() int { return z.id }
+
+// LogPath is the server's log file ("" for external servers).
+func (z *ZooKeeper) LogPath() string {
+	if z.p == nil {
+		return ""
+	}
+	return z.p.logPath
+}
+
+// External reports whether the server came from the environment.
+func (z *ZooKeeper) External() bool { return z.p == nil }
+
+func externalZooKeeper(addrs []string) *ZooKeeper {
+	return &ZooKeeper{addr: addrs[0], ext: addrs}
+}
+
+// zkJava finds java and a class path holding ZooKeeper's server and an slf4j
+// binding: $ZOOKEEPER_CLASSPATH, Debian's /usr/share/java/zookeeper.jar (its
+// manifest names the dependencies), or $ZOOKEEPER_HOME/lib of a release
+// tarball.
+func zkJava() (java, classpath string, err error) {
+	java, err = lookPath("java")
+	if err != nil {
+		return "", "", missing("java", "default-jre-headless zookeeper")
+	}
+	if cp := os.Getenv("ZOOKEEPER_CLASSPATH"); cp != "" {
+		return java, cp, nil
+	}
+	if _, err := os.Stat("/usr/share/java/zookeeper.jar"); err == nil {
+		cp := []string{"/usr/share/java/zookeeper.jar"}
+		for _, b := range []string{"slf4j-simple.jar", "slf4j-nop.jar"} {
+			if _, err := os.Stat("/usr/share/java/" + b); err == nil {
+				cp = append(cp, "/usr/share/java/"+b)
+				break
+			}
+		}
+		return java, strings.Join(cp, ":"), nil
+	}
+	if home := os.Getenv("ZOOKEEPER_HOME"); home != "" {
+		jars, _ := filepath.Glob(filepath.Join(home, "lib", "*.jar"))
+		top, _ := filepath.Glob(filepath.Join(home, "*.jar"))
+		jars = append(jars, top...)
+		if len(jars) > 0 {
+			return java, strings.Join(append([]string{filepath.Join(home, "conf")}, jars...), ":"), nil
+		}
+	}
+	return "", "", missing("ZooKeeper (/usr/share/java/zookeeper.jar)", "zookeeper")
+}
+
+type zkPorts struct{ client, peer, election int }
+
+func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, error) {
+	java, cp, err := zkJava()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := tempDir("zookeeper")
+	if err != nil {
+		return nil, err
+	}
+	z := &ZooKeeper{dir: dir, id: id, addr: hostPort(ports.client)}
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "tickTime=200\ninitLimit=25\nsyncLimit=10\n")
+	fmt.Fprintf(&cfg, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", data, ports.client)
+	fmt.Fprintf(&cfg, "maxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\n")
+	if id > 0 {
+		for i := 1; i <= len(peers); i++ {
+			pp := peers[i]
+			fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", i, pp.peer, pp.election)
+		}
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(id)+"\n"), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	cfgPath := filepath.Join(dir, "zoo.cfg")
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	z.p = &proc{
+		name: "zookeeper " + z.addr,
+		path: java,
+		args: []string{
+			"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+			"-Djava.net.preferIPv4Stack=true",
+			"-Dzookeeper.admin.enableServer=false",
+			"-Dzookeeper.4lw.commands.whitelist=*",
+			"-Dorg.slf4j.simpleLogger.showDateTime=true",
+			"-cp", cp,
+			"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath,
+		},
+		dir:     dir,
+		logPath: filepath.Join(dir, "zookeeper.log"),
+	}
+	return z, nil
+}
+
+// StartZooKeeper starts a standalone ZooKeeper and waits until it serves.
+func StartZooKeeper(ctx context.Context) (*ZooKeeper, error) {
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		z, err := newZooKeeper(0, zkPorts{client: port}, nil)
+		if err != nil {
+			return nil, err
+		}
+		err = z.p.startReady(ctx, z.serving)
+		if err == nil {
+			return z, nil
+		}
+		inUse := z.p.addrInUse()
+		os.RemoveAll(z.dir)
+		if attempt < 3 && inUse {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// FourLetter sends a four-letter-word command (srvr, stat, ruok, mntr, ...)
+// and returns the answer.
+func (z *ZooKeeper) FourLetter(ctx context.Context, cmd string) (string, error) {
+	return fourLetter(ctx, z.addr, cmd)
+}
+
+func fourLetter(ctx context.Context, addr, cmd string) (string, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(5 * time.Second)
+	}
+	_ = c.SetDeadline(dl)
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// Mode returns the server's role from `srvr`: "standalone", "leader",
+// "follower" or "observer"; an error when it is not serving (no quorum).
+func (z *ZooKeeper) Mode(ctx context.Context) (string, error) {
+	s, err := z.FourLetter(ctx, "srvr")
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(s, "\n") {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(l), "Mode: "); ok {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("zookeeper %s not serving: %q", z.addr, strings.TrimSpace(s))
+}
+
+func (z *ZooKeeper) serving(ctx context.Context) error {
+	_, err := z.Mode(ctx)
+	return err
+}
+
+func (z *ZooKeeper) alive(ctx context.Context) error {
+	s, err := z.FourLetter(ctx, "ruok")
+	if err != nil {
+		return err
+	}
+	if s != "imok" {
+		return fmt.Errorf("ruok: %q", s)
+	}
+	return nil
+}
+
+// Running reports whether the process is up (true for external servers).
+func (z *ZooKeeper) Running() bool {
+	if z.p == nil {
+		return true
+	}
+	_, _, alive := z.p.state()
+	return alive
+}
+
+// Stop shuts the server down (SIGTERM) and waits.
+func (z *ZooKeeper) Stop() error {
+	if z.p == nil {
+		return ErrExternal
+	}
+	return z.p.stop(15 * time.Second)
+}
+
+// Kill sends SIGKILL and waits until the server is gone.
+func (z *ZooKeeper) Kill() error {
+	if z.p == nil {
+		return ErrExternal
+	}
+	return z.p.kill()
+}
+
+// Pause freezes the server (SIGSTOP): sessions connected to it time out.
+func (z *ZooKeeper) Pause() error {
+	if z.p == nil {
+		return ErrExternal
+	}
+	return z.p.pause()
+}
+
+// Resume continues a paused server (SIGCONT).
+func (z *ZooKeeper) Resume() error {
+	if z.p == nil {
+		return ErrExternal
+	}
+	return z.p.resume()
+}
+
+// Restart stops the server if running (gracefully; Kill first for a crash),
+// wipes its data (snapshots and logs, not myid) unless keepData, and starts it
+// on the same ports. It waits until the server serves requests; an ensemble
+// member without a running quorum of peers is only waited for until its
+// process answers ruok (it cannot serve alone).
+func (z *ZooKeeper) Restart(ctx context.Context, keepData bool) error {
+	if z.p == nil {
+		return ErrExternal
+	}
+	if err := z.p.stop(15 * time.Second); err != nil {
+		return err
+	}
+	if !keepData {
+		if err := removeContents(filepath.Join(z.dir, "data"), "myid"); err != nil {
+			return err
+		}
+	}
+	check := z.serving
+	if z.ens != nil {
+		running := 1
+		for _, n := range z.ens.Nodes {
+			if n != z && n.Running() {
+				running++
+			}
+		}
+		if running <= len(z.ens.Nodes)/2 {
+			check = z.alive
+		}
+	}
+	return z.p.startReady(ctx, check)
+}
+
+// Close kills the server and removes its temporary directory. Idempotent.
+func (z *ZooKeeper) Close() error {
+	return z.closed.do(func() error {
+		if z.p == nil {
+			return nil
+		}
+		return joinErrs(z.p.kill(), os.RemoveAll(z.dir))
+	})
+}
+
+// ZKEnsemble is a ZooKeeper ensemble on loopback ports.
+type ZKEnsemble struct {
+	Nodes []*ZooKeeper
+}
+
+// StartZooKeeperEnsemble starts an n-member ensemble (n odd, usually 3) and
+// waits until every member serves and one of them leads.
+func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZKEnsemble, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("servers: ensemble size %d", n)
+	}
+	ports, err := freePorts(3 * n)
+	if err != nil {
+		return nil, err
+	}
+	peers := map[int]zkPorts{}
+	for i := 1; i <= n; i++ {
+		peers[i] = zkPorts{client: ports[3*(i-1)], peer: ports[3*(i-1)+1], election: ports[3*(i-1)+2]}
+	}
+	e := &ZKEnsemble{Nodes: make([]*ZooKeeper, n)}
+	for i := 1; i <= n; i++ {
+		z, err := newZooKeeper(i, peers[i], peers)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		z.ens = e
+		e.Nodes[i-1] = z
+	}
+	for _, z := range e.Nodes {
+		if err := z.p.start(); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	err = parallel(n, func(i int) error { return e.Nodes[i].p.waitReady(ctx, e.Nodes[i].serving) })
+	if err == nil {
+		_, err = e.Leader(ctx)
+	}
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Addrs returns every member's client address.
+func (e *ZKEnsemble) Addrs() []string {
+	a := make([]string, len(e.Nodes))
+	for i, z := range e.Nodes {
+		a[i] = z.Addr()
+	}
+	return a
+}
+
+// Leader waits until exactly one running member reports Mode: leader and
+// returns it.
+func (e *ZKEnsemble) Leader(ctx context.Context) (*ZooKeeper, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for {
+		var leaders []*ZooKeeper
+		for _, z := range e.Nodes {
+			if !z.Running() {
+				continue
+			}
+			cctx, ccancel := context.WithTimeout(ctx, time.Second)
+			m, err := z.Mode(cctx)
+			ccancel()
+			if err == nil && m == "leader" {
+				leaders = append(leaders, z)
+			}
+		}
+		if len(leaders) == 1 {
+			return leaders[0], nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("zookeeper ensemble: no single leader (%d): %w", len(leaders), ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// KillLeader kills the current leader (SIGKILL) and returns it.
+func (e *ZKEnsemble) KillLeader(ctx context.Context) (*ZooKeeper, error) {
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l, l.Kill()
+}
+
+// Close closes every member.
+func (e *ZKEnsemble) Close() error {
+	var errs []error
+	for _, z := range e.Nodes {
+		if z != nil {
+			errs = append(errs, z.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
