@@ -1,0 +1,253 @@
+package mysqllock
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	dldriver "github.com/dlock-go/dlock/driver"
+)
+
+// DefaultCheckInterval is how often a GET_LOCK lease checks its connection without
+// WithCheckInterval.
+const DefaultCheckInterval = time.Second
+
+// GetLockOption configures NewGetLock.
+type GetLockOption func(*getLockConfig)
+
+type getLockConfig struct {
+	check time.Duration
+	ownDB bool
+}
+
+// WithCheckInterval sets how often a lease pings its connection to find out that it
+// died (default DefaultCheckInterval). It is cut to a third of the session's
+// wait_timeout. d <= 0 keeps the default.
+func WithCheckInterval(d time.Duration) GetLockOption {
+	return func(c *getLockConfig) {
+		if d > 0 {
+			c.check = d
+		}
+	}
+}
+
+// NewGetLock returns a Locker that takes the server's named locks: GET_LOCK(name, 0)
+// on a connection of db's pool that the lease then keeps to itself, RELEASE_LOCK on
+// Release, after which the connection goes back to the pool. A lease lasts as long as
+// its connection's session: there is no per-lease TTL (WithTTL is accepted and
+// ignored), Refresh returns errors.ErrUnsupported, and Token is always 0.
+//
+// Lock names are at most 64 characters and not compared byte for byte by every
+// server, so keys are mapped to names by GetLockName: readable for short plain keys,
+// a SHA-256 digest otherwise.
+//
+// Loss: a lease pings its connection every check interval (WithCheckInterval); when a
+// ping fails, or none has succeeded for two intervals, the connection is dropped and
+// Done closes with ErrLost. The server frees the lock the moment it sees the session
+// end (connection closed, KILL, server restart) or, for a client that vanished
+// without closing its connection (host down, network cut), after the session's
+// wait_timeout of idleness (set it with the DSN parameter wait_timeout; the server's
+// default is 8 hours). A lease notices a cut network before that: its deadline is two
+// check intervals, at most two thirds of wait_timeout.
+//
+// Waiters poll with the retry strategy (GET_LOCK does not report how long the holder
+// has left). Not guaranteed: a holder paused for longer than wait_timeout loses the
+// lock without knowing until it runs again; no fencing token protects against that.
+func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
+	c := getLockConfig{check: DefaultCheckInterval}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return newGetLockLocker(db, c)
+}
+
+func newGetLockLocker(db *sql.DB, c getLockConfig) dlock.Locker {
+	return dlock.New(&getLockDriver{db: db, cfg: c}, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
+}
+
+// maxLockName is the longest name GET_LOCK accepts on MySQL 5.7 and later.
+const maxLockName = 64
+
+// readablePrefix and hashedPrefix keep the two forms of GetLockName apart.
+const (
+	readablePrefix = "dlock:"
+	hashedPrefix   = "dlock#"
+)
+
+// GetLockName returns the GET_LOCK name NewGetLock uses for key: "dlock:" + key when
+// key is at most 58 characters of lower-case ASCII letters, digits and "-_./:" (safe
+// under every server's name comparison, which may ignore case, trailing spaces or
+// what follows a NUL), else "dlock#" + the first 58 hex digits of key's SHA-256.
+// Distinct keys get distinct names (up to a SHA-256 collision). Use it to find a
+// lock's holder: SELECT IS_USED_LOCK(name) returns its connection id.
+func GetLockName(key string) string {
+	if len(readablePrefix)+len(key) <= maxLockName && plainName(key) {
+		return readablePrefix + key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return (hashedPrefix + hex.EncodeToString(sum[:]))[:maxLockName]
+}
+
+func plainName(key string) bool {
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '/', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+type getLockDriver struct {
+	db  *sql.DB
+	cfg getLockConfig
+}
+
+func (d *getLockDriver) TryLock(ctx context.Context, key string, _ time.Duration) (dldriver.Lock, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: connect: %w", err)
+	}
+	name := GetLockName(key)
+	// The name is made only of [a-z0-9_./:#-] (GetLockName), so it is safe as a
+	// literal; a placeholder would cost a prepare round trip on a fresh statement.
+	var got sql.NullInt64
+	var waitTimeout int64
+	err = conn.QueryRowContext(ctx, "SELECT GET_LOCK('"+name+"', 0), @@session.wait_timeout").Scan(&got, &waitTimeout)
+	switch {
+	case err != nil:
+		discard(conn) // a cancelled GET_LOCK may still have run: ending the session frees it
+		return nil, fmt.Errorf("mysqllock: GET_LOCK: %w", err)
+	case !got.Valid:
+		discard(conn)
+		return nil, fmt.Errorf("mysqllock: GET_LOCK(%q) returned NULL", name)
+	case got.Int64 != 1:
+		conn.Close()
+		return nil, dldriver.Busy(0)
+	}
+	check := d.cfg.check
+	if w := time.Duration(waitTimeout) * time.Second; w > 0 && check > w/3 {
+		check = w / 3
+	}
+	lk := &getLock{conn: conn, name: name, check: check, lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go lk.watch()
+	return lk, nil
+}
+
+func (d *getLockDriver) Close() error {
+	if d.cfg.ownDB {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// discard closes conn without returning it to the pool.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	conn.Close()
+}
+
+// getLock is one held named lock and the connection whose session holds it.
+type getLock struct {
+	conn  *sql.Conn
+	name  string
+	check time.Duration
+
+	mu    sync.Mutex // serializes the connection's users and guards the fields below
+	ended bool       // released or lost: the connection is gone
+	cause error
+
+	lost    chan struct{} // closed when the session is found gone
+	stop    chan struct{} // closed by Unlock: ends watch
+	stopped chan struct{} // closed when watch returns
+}
+
+func (l *getLock) Token() uint64 { return 0 }
+
+func (l *getLock) Refresh(context.Context, time.Duration) error { return errors.ErrUnsupported }
+
+func (l *getLock) Lost() <-chan struct{} { return l.lost }
+
+func (l *getLock) Cause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
+}
+
+// watch pings the connection every check interval until Unlock or a failure. Each
+// ping may take one interval, so the loss of a silent network is reported at most
+// two intervals after the start of the last ping that succeeded: before the server's
+// wait_timeout (at least three intervals) can free the lock.
+func (l *getLock) watch() {
+	defer close(l.stopped)
+	t := time.NewTicker(l.check)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		if l.ended {
+			l.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.check)
+		err := l.conn.PingContext(ctx)
+		cancel()
+		if err != nil {
+			l.endLocked(fmt.Errorf("mysqllock: the connection holding GET_LOCK %q failed: %w", l.name, err))
+			l.mu.Unlock()
+			close(l.lost)
+			return
+		}
+		l.mu.Unlock()
+	}
+}
+
+// endLocked drops the connection (which ends the session and so frees the lock on
+// the server); the caller holds l.mu.
+func (l *getLock) endLocked(cause error) {
+	l.ended = true
+	l.cause = cause
+	discard(l.conn)
+}
+
+func (l *getLock) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return dlock.ErrNotHeld
+	}
+	var r sql.NullInt64
+	err := l.conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK('"+l.name+"')").Scan(&r)
+	switch {
+	case err != nil:
+		// The session may still hold the lock (a slow network) or be gone (killed,
+		// server restarted): either way dropping the connection ends it.
+		l.endLocked(err)
+		err = fmt.Errorf("%w: RELEASE_LOCK on a failed connection: %w", dlock.ErrNotHeld, err)
+	case r.Int64 != 1:
+		// NULL: no such lock; 0: another session's. Either way not ours any more.
+		l.endLocked(dlock.ErrNotHeld)
+		err = dlock.ErrNotHeld
+	default:
+		l.ended = true
+		l.conn.Close()
+	}
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.stopped
+	return err
+}

@@ -1,0 +1,325 @@
+// Package mysqllock keeps locks in MySQL or MariaDB, in two ways.
+//
+// New keeps them in a table with the lock key as primary key (the unique-index lock):
+// one row per key holding the owner, a fencing token and the expiry. Expiry is judged
+// by the database server's clock alone (UTC_TIMESTAMP(6), the statement's start time
+// on the server), never by a client's clock or session time zone. Acquire, Refresh and
+// Release are one statement, one round trip each.
+//
+// NewGetLock uses the server's named locks (GET_LOCK / RELEASE_LOCK) instead: each
+// lease holds one dedicated connection, and lasts as long as that connection's
+// session. It has no per-lease TTL, no Refresh and no fencing token.
+//
+// The schemes "mysql://user:pass@host:port/db" and "mysql+getlock://…" open either
+// kind with dlock.Open; see docs/backends/mysql.md for the trade-offs.
+package mysqllock
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// DefaultTable is the table New uses without WithTable.
+const DefaultTable = "dlock_locks"
+
+// MinTTL is the shortest TTL New accepts: shorter leases would end before a network
+// round trip to the database does.
+const MinTTL = 10 * time.Millisecond
+
+// Option configures New and Migrate.
+type Option func(*config)
+
+type config struct {
+	table   string
+	migrate bool
+	ownDB   bool // Close closes db (URL opener)
+}
+
+// WithTable makes New and Migrate use the table name instead of DefaultTable. The name
+// is one identifier (it is quoted, so any character but NUL is allowed), at most 64
+// characters, in the database the *sql.DB connects to.
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// WithMigrate makes the Locker create its table (as Migrate does) before its first
+// lock, if the table does not exist yet. Without it, the table must have been created
+// with Migrate; a missing table makes every attempt fail with the database's error.
+func WithMigrate() Option { return func(c *config) { c.migrate = true } }
+
+func newConfig(opts []Option) (config, error) {
+	c := config{table: DefaultTable}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.table == "" || len([]rune(c.table)) > 64 || strings.ContainsRune(c.table, 0) {
+		return c, fmt.Errorf("mysqllock: table name %q: want 1 to 64 characters without NUL", c.table)
+	}
+	return c, nil
+}
+
+// quoteIdent quotes a MySQL identifier.
+func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
+
+// The table: a key's row is kept when its lock is released (owner and expiry become
+// NULL) so that its token keeps counting up. Keys are bytes, compared exactly.
+const createTable = `CREATE TABLE IF NOT EXISTS %s (
+  lock_key   VARBINARY(255) NOT NULL,
+  owner      BINARY(16) NULL,
+  token      BIGINT UNSIGNED NOT NULL,
+  expires_at DATETIME(6) NULL,
+  PRIMARY KEY (lock_key)
+) ENGINE=InnoDB`
+
+// busyFlag marks the LAST_INSERT_ID of an attempt that found the lock held: the
+// low bits are then the holder's remaining time in microseconds. Tokens stay below it
+// (2^62 grants of one key).
+const busyFlag = 1 << 62
+
+// acquireSQL takes a lock in one statement. A missing row is inserted with token 1.
+// An existing row is taken over only if it is free (released, or expired by the
+// server's clock); its token then goes up by one. The assignments run left to right:
+// token and owner test the old expiry, expires_at tests the new owner. The result
+// comes back in LAST_INSERT_ID (the insert id of the OK packet): the new token, or
+// busyFlag plus the holder's remaining microseconds. Affected-row counts are not
+// used: they depend on the client's CLIENT_FOUND_ROWS flag.
+//
+// Arguments: key, owner, ttl µs, owner, owner, ttl µs.
+const acquireSQL = `INSERT INTO %s (lock_key, owner, token, expires_at)
+VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+  token = IF(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6),
+             LAST_INSERT_ID(token + 1),
+             token + LEAST(0, LAST_INSERT_ID(%d + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)))),
+  owner = IF(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6), ?, owner),
+  expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
+
+// releaseSQL frees the lock if it is still ours and not expired. Arguments: key, owner.
+const releaseSQL = `UPDATE %s SET owner = NULL, expires_at = NULL
+WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// tidySQL frees the lock if it is still ours, expired or not: the clean-up after a
+// failed release or an interrupted acquire. Arguments: key, owner.
+const tidySQL = `UPDATE %s SET owner = NULL, expires_at = NULL WHERE lock_key = ? AND owner = ?`
+
+// refreshSQL extends the lock if it is still ours and not expired.
+// Arguments: ttl µs, key, owner.
+const refreshSQL = `UPDATE %s SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// New returns a Locker whose locks are rows of a table in db (DefaultTable, or the
+// one given with WithTable), created by Migrate or, with WithMigrate, on first use.
+//
+// Acquire inserts the key's row, or takes over a row that is free or expired by the
+// database server's clock, in one statement; Release and Refresh are one statement
+// each and check the owner. Tokens count up per key in the key's row, so they survive
+// server restarts; the rows are never deleted (deleting one by hand restarts its key's
+// tokens at 1). Waiters poll with the retry strategy, each wait cut to the holder's
+// remaining time as the server sees it.
+//
+// Not guaranteed: expiry follows the database server's clock, so a step of that clock
+// moves every expiry; a session that sets @@timestamp fakes "now" for its own
+// statements. A replica promoted after a failover may not have the latest rows
+// (asynchronous replication), and may then grant a lock again or repeat a token.
+//
+// New panics on an invalid table name (a programming error).
+func New(db *sql.DB, opts ...Option) dlock.Locker {
+	c, err := newConfig(opts)
+	if err != nil {
+		panic(err)
+	}
+	return newLocker(db, c)
+}
+
+func newLocker(db *sql.DB, c config) dlock.Locker {
+	return dlock.New(&tableDriver{db: db, cfg: c}, driver.Info{Name: "mysql", MinTTL: MinTTL})
+}
+
+// Migrate creates the lock table in db if it does not exist (DefaultTable, or the one
+// given with WithTable). It is idempotent and safe to run from many processes at once.
+// It returns the database's error, wrapped, if the table cannot be created (e.g. no
+// CREATE privilege). It does not check or alter an existing table.
+func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
+	c, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(createTable, quoteIdent(c.table))); err != nil {
+		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(c.table), err)
+	}
+	return nil
+}
+
+// tableDriver is the unique-index lock.
+type tableDriver struct {
+	db  *sql.DB
+	cfg config
+
+	mu       sync.Mutex // guards prepared
+	prepared *statements
+}
+
+type statements struct{ acquire, release, tidy, refresh *sql.Stmt }
+
+// stmts prepares the statements on first use (the table may not exist before);
+// a failure is returned and tried again next time.
+func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prepared != nil {
+		return d.prepared, nil
+	}
+	if d.cfg.migrate {
+		if err := Migrate(ctx, d.db, WithTable(d.cfg.table)); err != nil {
+			return nil, err
+		}
+	}
+	t := quoteIdent(d.cfg.table)
+	var s statements
+	var err error
+	prep := func(dst **sql.Stmt, query string) {
+		if err == nil {
+			*dst, err = d.db.PrepareContext(ctx, query)
+		}
+	}
+	prep(&s.acquire, fmt.Sprintf(acquireSQL, t, busyFlag))
+	prep(&s.release, fmt.Sprintf(releaseSQL, t))
+	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
+	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+	}
+	d.prepared = &s
+	return &s, nil
+}
+
+func (s *statements) close() {
+	for _, st := range []*sql.Stmt{s.acquire, s.release, s.tidy, s.refresh} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+// erLockDeadlock is MySQL's ER_LOCK_DEADLOCK: InnoDB rolled the statement back
+// because another one on the same row went first.
+const erLockDeadlock = 1213
+
+func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	s, err := d.stmts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lk := &tableLock{d: d, s: s, key: []byte(key)}
+	if _, err := rand.Read(lk.owner[:]); err != nil {
+		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
+	}
+	us := micros(ttl)
+	res, err := s.acquire.ExecContext(ctx, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
+	var id int64
+	if err == nil {
+		id, err = res.LastInsertId()
+	}
+	if err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == erLockDeadlock {
+			return nil, driver.Busy(0)
+		}
+		if ctx.Err() != nil {
+			// The statement may have run on the server after the client gave up:
+			// free what it may have taken.
+			lk.tidyUp()
+		}
+		return nil, fmt.Errorf("mysqllock: acquire: %w", err)
+	}
+	if id&busyFlag != 0 {
+		return nil, driver.Busy(time.Duration(id&^busyFlag) * time.Microsecond)
+	}
+	if id <= 0 {
+		lk.tidyUp()
+		return nil, fmt.Errorf("mysqllock: acquire: the server returned token %d (is the statement's LAST_INSERT_ID reported?)", id)
+	}
+	lk.token = uint64(id)
+	return lk, nil
+}
+
+func (d *tableDriver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prepared != nil {
+		d.prepared.close()
+		d.prepared = nil
+	}
+	if d.cfg.ownDB {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// tableLock is one grant; the random owner value identifies it.
+type tableLock struct {
+	d     *tableDriver
+	s     *statements
+	key   []byte
+	owner [16]byte
+	token uint64
+}
+
+func (l *tableLock) Token() uint64 { return l.token }
+
+// affected runs an owner-checked statement and reports whether it changed the row.
+func affected(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner[:]))
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqllock: refresh: %w", err)
+	case !ok:
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+func (l *tableLock) Unlock(ctx context.Context) error {
+	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner[:]))
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqllock: release: %w", err)
+	case !ok:
+		// Not ours, or ours but expired: free it if it is still ours.
+		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+// tidyUp frees the lock if it is ours, with a fresh short context, best effort.
+func (l *tableLock) tidyUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
+	defer cancel()
+	_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+}
+
+// tidyTimeout bounds the clean-up after an interrupted request.
+const tidyTimeout = 2 * time.Second

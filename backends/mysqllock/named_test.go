@@ -1,0 +1,370 @@
+package mysqllock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/mysqllock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+func tryAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) dlock.Lease {
+	t.Helper()
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", key, err)
+	}
+	return ls
+}
+
+func wantHeld(t testing.TB, l dlock.Locker, key, what string) {
+	t.Helper()
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key, dlock.WithTTL(time.Minute))
+	if err == nil {
+		t.Errorf("%s: TryAcquire(%q) was granted (token %d); want ErrNotAcquired", what, key, ls.Token())
+		_ = ls.Release(ctxFor(t, 10*time.Second))
+		return
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("%s: TryAcquire(%q): want ErrNotAcquired, got %v", what, key, err)
+	}
+}
+
+func release(t testing.TB, ls dlock.Lease) {
+	t.Helper()
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release(%q): %v", ls.Key(), err)
+	}
+}
+
+// crashAndRestart kills the server (SIGKILL: no clean shutdown) and starts it again on
+// its data.
+func crashAndRestart(t *testing.T, m interface {
+	Kill() error
+	Restart(context.Context, bool) error
+}) {
+	t.Helper()
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(ctxFor(t, time.Minute), true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A held lock and every key's token survive a crash and restart of the server: the
+// lock is still held afterwards, its owner can still release it, and later grants
+// get larger tokens than any before the crash.
+func TestServerRestart(t *testing.T) {
+	m := servertest.NewMySQL(t)
+	dsn := servertest.NewDatabase(t, m)
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), openDB(t, dsn, nil)); err != nil {
+		t.Fatal(err)
+	}
+	a, b := mysqllock.New(openDB(t, dsn, nil)), mysqllock.New(openDB(t, dsn, nil))
+	defer a.Close()
+	defer b.Close()
+
+	held, free := "restart/held", "restart/free"
+	var last uint64
+	for range 3 { // the free key's token climbs to 3, and its row is released
+		ls := tryAcquire(t, a, free)
+		last = ls.Token()
+		release(t, ls)
+	}
+	la := tryAcquire(t, a, held, dlock.WithTTL(time.Minute))
+
+	crashAndRestart(t, m)
+
+	wantHeld(t, b, held, "after the server restarted")
+	release(t, la) // still ours: the owner's release works
+	lb := tryAcquire(t, b, held)
+	if lb.Token() <= la.Token() {
+		t.Errorf("%q: token %d after the restart, not above %d from before it", held, lb.Token(), la.Token())
+	}
+	release(t, lb)
+	lf := tryAcquire(t, b, free)
+	if lf.Token() <= last {
+		t.Errorf("%q: token %d after the restart, not above %d from before it", free, lf.Token(), last)
+	}
+	release(t, lf)
+}
+
+// A GET_LOCK lock does not survive a server restart: the holder's lease ends with
+// ErrLost, and another client takes the lock at once.
+func TestGetLockServerRestart(t *testing.T) {
+	m := servertest.NewMySQL(t)
+	dsn := servertest.NewDatabase(t, m)
+	const check = 100 * time.Millisecond
+	a := mysqllock.NewGetLock(openDB(t, dsn, nil), mysqllock.WithCheckInterval(check))
+	b := mysqllock.NewGetLock(openDB(t, dsn, nil))
+	defer a.Close()
+	defer b.Close()
+
+	const key = "restart/getlock"
+	la := tryAcquire(t, a, key)
+	crashAndRestart(t, m)
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder's lease did not end within 10s of the server's restart")
+	}
+	if !errors.Is(la.Err(), dlock.ErrLost) {
+		t.Errorf("Err of the lease after the restart: want ErrLost, got %v", la.Err())
+	}
+	lb := tryAcquire(t, b, key)
+	release(t, lb)
+	if err := la.Release(ctxFor(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the lost lease: want ErrNotHeld, got %v", err)
+	}
+}
+
+// When the connection holding a GET_LOCK lease is killed, the lock is free at once
+// and the lease ends with ErrLost within two check intervals.
+func TestGetLockKilledConnection(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	const check = 100 * time.Millisecond
+	a := mysqllock.NewGetLock(openDB(t, dsn, nil), mysqllock.WithCheckInterval(check))
+	b := mysqllock.NewGetLock(openDB(t, dsn, nil))
+	defer a.Close()
+	defer b.Close()
+
+	const key = "kill/getlock"
+	la := tryAcquire(t, a, key)
+	killHolder(t, admin, key)
+	killed := time.Now()
+	lb := tryAcquire(t, b, key)
+	select {
+	case <-la.Done():
+		t.Logf("lease ended %v after the kill", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(2*check + time.Second):
+		t.Fatalf("the lease did not end within %v of its connection's death", 2*check+time.Second)
+	}
+	if !errors.Is(la.Err(), dlock.ErrLost) {
+		t.Errorf("Err: want ErrLost, got %v", la.Err())
+	}
+	release(t, lb)
+}
+
+// Expiry is judged by the server's clock alone: a client whose session clock reads 13
+// hours ahead (time_zone '+13:00', so NOW() is 13 hours past UTC) cannot take over a
+// live lock, and its own locks expire after their TTL, not 13 hours off.
+func TestSkewedClientCannotTakeOver(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), openDB(t, dsn, nil)); err != nil {
+		t.Fatal(err)
+	}
+	skewedDB := openDB(t, dsn, func(c *mysql.Config) { c.Params = map[string]string{"time_zone": "'+13:00'"} })
+	var skew int
+	if err := skewedDB.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT TIMESTAMPDIFF(HOUR, UTC_TIMESTAMP(), NOW())").Scan(&skew); err != nil {
+		t.Fatal(err)
+	}
+	if skew != 13 {
+		t.Fatalf("the skewed session's NOW() is %dh from UTC, want 13h", skew)
+	}
+	normal, skewed := mysqllock.New(openDB(t, dsn, nil)), mysqllock.New(skewedDB)
+	defer normal.Close()
+	defer skewed.Close()
+
+	ln := tryAcquire(t, normal, "skew/live", dlock.WithTTL(time.Minute))
+	wantHeld(t, skewed, "skew/live", "a client 13h ahead, on a lock with a minute left")
+	release(t, ln)
+
+	const ttl = 500 * time.Millisecond
+	t0 := time.Now()
+	ls := tryAcquire(t, skewed, "skew/own", dlock.WithTTL(ttl))
+	wantHeld(t, normal, "skew/own", "a lock just taken by the client 13h ahead")
+	ln, err := normal.Acquire(ctxFor(t, 10*time.Second), "skew/own", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("the skewed client's lock (ttl %v) was not free after 10s: %v", ttl, err)
+	}
+	if took := time.Since(t0); took < ttl-2*time.Millisecond {
+		t.Errorf("the skewed client's lock was taken over after %v, before its ttl %v", took, ttl)
+	}
+	release(t, ln)
+	if err := ls.Release(ctxFor(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the expired lease: want ErrNotHeld, got %v", err)
+	}
+}
+
+// Acquire, Release and Refresh are one statement (one round trip) each: the server
+// counts one execution per call and no other command.
+func TestOneStatementPerCall(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	db := openDB(t, dsn, nil)
+	db.SetMaxOpenConns(1) // one connection, whose statements are prepared once
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), db); err != nil {
+		t.Fatal(err)
+	}
+	l := mysqllock.New(db)
+	defer l.Close()
+	cycle := func() {
+		ls := tryAcquire(t, l, "roundtrips", dlock.WithTTL(time.Minute))
+		if err := ls.Refresh(ctxFor(t, 10*time.Second), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		release(t, ls)
+	}
+	cycle() // prepares the statements on the connection
+	status := func() map[string]int64 {
+		conn, err := db.Conn(ctxFor(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		rows, err := conn.QueryContext(ctxFor(t, 10*time.Second), "SHOW SESSION STATUS WHERE Variable_name IN ('Com_stmt_execute', 'Com_stmt_prepare', 'Questions')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[string]int64{}
+		for rows.Next() {
+			var k string
+			var v int64
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			m[k] = v
+		}
+		return m
+	}
+	const n = 10
+	before := status()
+	for range n {
+		cycle()
+	}
+	after := status()
+	exec := after["Com_stmt_execute"] - before["Com_stmt_execute"]
+	prep := after["Com_stmt_prepare"] - before["Com_stmt_prepare"]
+	questions := after["Questions"] - before["Questions"] - 1 // the second SHOW STATUS
+	if exec != 3*n || prep != 0 || questions != 3*n {
+		t.Errorf("%d acquire+refresh+release cycles: %d executions, %d prepares, %d statements; want %d, 0, %d",
+			n, exec, prep, questions, 3*n, 3*n)
+	}
+}
+
+// GetLockName keeps plain short keys readable, hashes the rest, stays within 64
+// characters of a literal-safe alphabet, and maps different keys to different names.
+func TestGetLockName(t *testing.T) {
+	keys := conformance.ValidKeys()
+	for _, k := range conformance.ValidKeys() {
+		keys = append(keys, strings.ToUpper(k), k+" ", k+"\x00", strings.Repeat(k, 3))
+	}
+	keys = append(keys, "abc", "ABC", "Abc", "ß", "ss", "e", "é", strings.Repeat("a", 58), strings.Repeat("a", 59))
+	seen := map[string]string{}
+	for _, k := range keys {
+		if dlock.ValidateKey(k) != nil {
+			continue
+		}
+		n := mysqllock.GetLockName(k)
+		if len(n) > 64 {
+			t.Errorf("GetLockName(%q) = %q: %d characters, over 64", k, n, len(n))
+		}
+		if strings.Trim(n, "abcdefghijklmnopqrstuvwxyz0123456789-_./:#") != "" {
+			t.Errorf("GetLockName(%q) = %q: characters outside [a-z0-9-_./:#]", k, n)
+		}
+		if other, dup := seen[n]; dup && other != k {
+			t.Errorf("GetLockName(%q) = GetLockName(%q) = %q", k, other, n)
+		}
+		seen[n] = k
+	}
+	for k, want := range map[string]string{"jobs/nightly": "dlock:jobs/nightly", strings.Repeat("a", 58): "dlock:" + strings.Repeat("a", 58)} {
+		if got := mysqllock.GetLockName(k); got != want {
+			t.Errorf("GetLockName(%q) = %q, want %q", k, got, want)
+		}
+	}
+	if got := mysqllock.GetLockName("Jobs"); !strings.HasPrefix(got, "dlock#") || len(got) != 64 {
+		t.Errorf(`GetLockName("Jobs") = %q, want "dlock#" and 58 hex digits`, got)
+	}
+}
+
+// Both schemes open a working Locker (the table is created), and reject what they do
+// not understand.
+func TestOpen(t *testing.T) {
+	m := servertest.MySQL(t)
+	cfg, err := mysql.ParseDSN(servertest.NewDatabase(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := cfg.User + "@" + cfg.Addr + "/" + cfg.DBName
+	if cfg.Passwd != "" {
+		base = cfg.User + ":" + cfg.Passwd + "@" + cfg.Addr + "/" + cfg.DBName
+	}
+	for _, u := range []string{"mysql://" + base, "mysql://" + base + "?table=my%20locks", "mysql+getlock://" + base + "?wait_timeout=5&check_interval=250ms"} {
+		l, err := dlock.Open(ctxFor(t, 30*time.Second), u)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", u, err)
+		}
+		ls := tryAcquire(t, l, "open/key")
+		release(t, ls)
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	db := openDB(t, cfg.FormatDSN(), nil)
+	var n int
+	if err := db.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT COUNT(*) FROM `my locks` WHERE lock_key = 'open/key'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("the table named by ?table= has %d rows for the key (%v), want 1", n, err)
+	}
+	for _, u := range []string{
+		"mysql://" + base + "?tabel=x",
+		"mysql+getlock://" + base + "?table=x",
+		"mysql+getlock://" + base + "?wait_timeout=0",
+		"mysql+getlock://" + base + "?check_interval=soon",
+		"mysql://" + cfg.Addr,
+		"mysql:///db",
+	} {
+		if l, err := dlock.Open(ctxFor(t, 30*time.Second), u); !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("Open(%q): want ErrInvalidURL, got %v", u, err)
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+}
+
+// Keys are bytes: quotes, backslashes, LIKE wildcards and case are plain data in the
+// table, each a row of its own.
+func TestKeysArePlainData(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	db := openDB(t, dsn, nil)
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), db); err != nil {
+		t.Fatal(err)
+	}
+	l := mysqllock.New(db)
+	defer l.Close()
+	keys := []string{"'", `\`, `\'`, "%", "_", "a%", "A%", "a_", "é", "e\u0301", "a ", "a"}
+	for _, k := range keys {
+		release(t, tryAcquire(t, l, k))
+	}
+	rows, err := db.QueryContext(ctxFor(t, 10*time.Second), "SELECT lock_key FROM dlock_locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]bool{}
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		got[string(k)] = true
+	}
+	for _, k := range keys {
+		if !got[k] {
+			t.Errorf("no row for key %q; rows: %v", k, got)
+		}
+	}
+	if len(got) != len(keys) {
+		t.Errorf("%d rows for %d keys: %v", len(got), len(keys), got)
+	}
+}
+
