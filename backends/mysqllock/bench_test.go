@@ -118,4 +118,3 @@ func prepare(b *testing.B, db *sql.DB, query string) *sql.Stmt {
 	b.Cleanup(func() { st.Close() })
 	return st
 }
-

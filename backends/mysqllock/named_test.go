@@ -367,4 +367,3 @@ func TestKeysArePlainData(t *testing.T) {
 		t.Errorf("%d rows for %d keys: %v", len(got), len(keys), got)
 	}
 }
-
