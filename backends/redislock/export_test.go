@@ -1,0 +1,15 @@
+package redislock
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+)
+
+// NewSETNXWithClock is NewSETNX with now as the client's clock instead of time.Now,
+// so that a test can run one client whose clock is skewed (SETNXGetSet trusts it).
+func NewSETNXWithClock(client redis.UniversalClient, v Variant, now func() time.Time) dlock.Locker {
+	return newSETNX(client, v, false, now)
+}
