@@ -3,14 +3,16 @@
 # `dlock compare`). Idempotent: installs only what is missing.
 #
 # Debian/Ubuntu with apt-get: installs redis-server redis-tools mariadb-server
-# zookeeper faketime docker-compose (as root, or through sudo) and makes sure the
+# zookeeper faketime docker-compose gcc libc6-dev (as root, or through sudo) and makes sure the
 # distribution's own daemons are not left running: internal/servers starts its own
 # servers on free loopback ports.
 #
 # Elsewhere: prints what to do instead (Docker: compose/ + DLOCK_*_ADDRS env vars).
 set -euo pipefail
 
-PKGS=(redis-server redis-tools mariadb-server zookeeper faketime docker-compose)
+# gcc + libc6-dev build the tiny clock shim of internal/servers (libfaketime cannot run
+# jemalloc-linked redis-server); faketime is kept for other binaries.
+PKGS=(redis-server redis-tools mariadb-server zookeeper faketime docker-compose gcc libc6-dev)
 SERVICES=(redis-server mariadb mysql zookeeper)
 
 log() { printf 'deps: %s\n' "$*" >&2; }

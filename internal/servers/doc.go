@@ -1,0 +1,94 @@
+// Package servers starts real servers for tests, benchmarks and the CLI:
+// Redis (single, independent masters, master+replica, cluster), MariaDB,
+// ZooKeeper (standalone, ensemble), etcd (embedded, single or cluster), and an
+// in-process TCP proxy for network faults. Tests use it through the
+// servertest sub-package, which adds t.Cleanup and the skip-or-fail policy.
+//
+// # Where servers come from
+//
+// Shared single servers (SharedRedis, SharedMySQL, SharedZooKeeper,
+// SharedEtcd) use, in order: an address from the environment
+// (DLOCK_REDIS_ADDRS — the first of the comma list, DLOCK_MYSQL_DSN,
+// DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS); else a local binary started on first use
+// (redis-server; mariadbd + mariadb-install-db; java with Debian's
+// /usr/share/java/zookeeper.jar, or $ZOOKEEPER_CLASSPATH / $ZOOKEEPER_HOME);
+// etcd is always embedded in-process when no address is given. Private,
+// faultable servers (Start*) need the local binaries; RedisMastersFromEnv
+// (DLOCK_REDLOCK_ADDRS) lets Redlock tests run against external masters. The
+// Docker path is compose/docker-compose.yml plus those variables (see
+// compose/README.md); testcontainers-go is not used, to keep the module lean.
+//
+// A missing binary yields a *MissingError (IsMissing) holding the install
+// command; servertest skips on it unless DLOCK_REQUIRE_SERVERS=1.
+// scripts/deps.sh (make deps) installs everything on Debian/Ubuntu.
+//
+// # Processes
+//
+// Every server runs in its own temporary directory on free 127.0.0.1 ports,
+// Redis without persistence unless RedisOptions.AOF is set. Children get their
+// own process group and SIGKILL when the test binary dies (Pdeathsig), so
+// nothing outlives a panic or a test time-out. Server output goes to a log file
+// in the temporary directory (LogPath); its tail is included in start-up
+// errors. Readiness is a real request (PING, a MySQL ping, ZooKeeper `srvr`,
+// etcd's ready notification), polled every 15ms until the context's deadline
+// (DefaultStartTimeout when it has none).
+//
+// Process handles (*Redis, *MySQL, *ZooKeeper) share these methods:
+//
+//	Addr() string
+//	Stop() error                                    // SIGTERM, wait (SIGKILL after a grace period)
+//	Kill() error                                    // SIGKILL the process group, wait
+//	Restart(ctx context.Context, keepData bool) error // same port; stops first if running
+//	Pause() error; Resume() error                   // SIGSTOP / SIGCONT
+//	Close() error                                   // kill + remove temp dir; idempotent
+//	LogPath() string; External() bool
+//
+// Fault methods on external servers return ErrExternal.
+//
+// *Etcd members are in-process: Stop (close the member), Restart, Close; there
+// is no Pause or SIGKILL for them.
+//
+// # API
+//
+//	StartRedis(ctx, RedisOptions{AOF, FakeTimeOffset, Args}) (*Redis, error)
+//	StartRedisMasters(ctx, n) ([]*Redis, error)
+//	StartRedisReplicaPair(ctx) (master, replica *Redis, err error)
+//	    replica: PauseReplication(), ResumeReplication(ctx), WaitInSync(ctx), Promote(ctx), Master(), Link()
+//	StartRedisCluster(ctx, masters) (*RedisCluster, error)   // Nodes, Addrs(), WaitOK(ctx), Close()
+//	(*Redis).Do(ctx, args...) (string, error)                 // control commands, no client library
+//	(*Redis).ShiftClock(ctx, "+60s") error; (*Redis).ClockOffset(ctx) (time.Duration, error)
+//
+//	StartMySQL(ctx) (*MySQL, error)
+//	(*MySQL).NewDatabase(ctx) (dsn string, err error); DSN(db) string; DropDatabase(ctx, nameOrDSN) error
+//
+//	StartZooKeeper(ctx) (*ZooKeeper, error)                   // Addrs(), Mode(ctx), FourLetter(ctx, cmd)
+//	StartZooKeeperEnsemble(ctx, n) (*ZKEnsemble, error)       // Nodes, Addrs(), Leader(ctx), KillLeader(ctx), Close()
+//
+//	StartEtcd(ctx) (*Etcd, error)                             // Endpoints(), Stop(), Restart(ctx, keep), IsLeader()
+//	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
+//
+//	NewProxy(target) (*Proxy, error)                          // Addr(), Cut(), Blackhole(), Stall(), Restore(), Close()
+//
+//	SharedRedis(ctx), SharedMySQL(ctx), SharedZooKeeper(ctx), SharedEtcd(ctx); Shutdown()
+//
+// Leader and KillLeader wait (bounded by ctx) until the cluster agrees on one
+// leader; KillLeader returns the member it killed (ZooKeeper: SIGKILL; etcd:
+// member stopped).
+//
+// # Shifted clocks
+//
+// RedisOptions.FakeTimeOffset runs redis-server with a shifted wall clock and
+// (*Redis).ShiftClock moves it while the server runs (visible within ~10ms;
+// ShiftClock returns once the server's TIME shows it). The shift is an
+// LD_PRELOAD shim (csrc/clockshim.c, compiled once with cc and cached in the
+// user cache directory) because libfaketime deadlocks in processes using
+// jemalloc, as Debian's redis-server does (wolfcw/libfaketime#130). Without a C
+// compiler, libfaketime is used for binaries that do not link jemalloc.
+//
+// # Proxy modes
+//
+// Cut closes every connection and closes new ones at once (errors, fast).
+// Blackhole keeps connections open and drops every byte (time-outs; the bytes
+// are lost). Stall holds bytes back without dropping them (a lagging link;
+// Restore delivers them). Restore returns to forwarding.
+package servers
