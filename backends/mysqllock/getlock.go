@@ -139,8 +139,8 @@ func (d *getLockDriver) TryLock(ctx context.Context, key string, _ time.Duration
 	if w := time.Duration(waitTimeout) * time.Second; w > 0 && check > w/3 {
 		check = w / 3
 	}
-	lk := &getLock{conn: conn, name: name, check: check, lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
-	go lk.watch()
+	lk := &getLock{conn: conn, name: name, check: check, lost: make(chan struct{})}
+	lk.watch()
 	return lk, nil
 }
 
@@ -166,10 +166,9 @@ type getLock struct {
 	mu    sync.Mutex // serializes the connection's users and guards the fields below
 	ended bool       // released or lost: the connection is gone
 	cause error
+	timer *time.Timer // the next check
 
-	lost    chan struct{} // closed when the session is found gone
-	stop    chan struct{} // closed by Unlock: ends watch
-	stopped chan struct{} // closed when watch returns
+	lost chan struct{} // closed when the session is found gone
 }
 
 func (l *getLock) Token() uint64 { return 0 }
@@ -184,36 +183,32 @@ func (l *getLock) Cause() error {
 	return l.cause
 }
 
-// watch pings the connection every check interval until Unlock or a failure. Each
-// ping may take one interval, so the loss of a silent network is reported at most
-// two intervals after the start of the last ping that succeeded: before the server's
-// wait_timeout (at least three intervals) can free the lock.
+// watch starts the checks: a ping of the connection every check interval until
+// Unlock or a failure. Each ping may take one interval, so the loss of a silent
+// network is reported at most two intervals after the start of the last ping that
+// succeeded: before the server's wait_timeout (at least three intervals) can free
+// the lock. Between checks no goroutine runs.
 func (l *getLock) watch() {
-	defer close(l.stopped)
-	t := time.NewTicker(l.check)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
-		l.mu.Lock()
-		if l.ended {
-			l.mu.Unlock()
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.check)
-		err := l.conn.PingContext(ctx)
-		cancel()
-		if err != nil {
-			l.endLocked(fmt.Errorf("mysqllock: the connection holding GET_LOCK %q failed: %w", l.name, err))
-			l.mu.Unlock()
-			close(l.lost)
-			return
-		}
-		l.mu.Unlock()
+	l.mu.Lock()
+	l.timer = time.AfterFunc(l.check, l.ping)
+	l.mu.Unlock()
+}
+
+func (l *getLock) ping() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.check)
+	err := l.conn.PingContext(ctx)
+	cancel()
+	if err != nil {
+		l.endLocked(fmt.Errorf("mysqllock: the connection holding GET_LOCK %q failed: %w", l.name, err))
+		close(l.lost)
+		return
+	}
+	l.timer.Reset(l.check)
 }
 
 // endLocked drops the connection (which ends the session and so frees the lock on
@@ -221,13 +216,14 @@ func (l *getLock) watch() {
 func (l *getLock) endLocked(cause error) {
 	l.ended = true
 	l.cause = cause
+	l.timer.Stop()
 	discard(l.conn)
 }
 
 func (l *getLock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.ended {
-		l.mu.Unlock()
 		return dlock.ErrNotHeld
 	}
 	var r sql.NullInt64
@@ -237,17 +233,14 @@ func (l *getLock) Unlock(ctx context.Context) error {
 		// The session may still hold the lock (a slow network) or be gone (killed,
 		// server restarted): either way dropping the connection ends it.
 		l.endLocked(err)
-		err = fmt.Errorf("%w: RELEASE_LOCK on a failed connection: %w", dlock.ErrNotHeld, err)
+		return fmt.Errorf("%w: RELEASE_LOCK on a failed connection: %w", dlock.ErrNotHeld, err)
 	case r.Int64 != 1:
 		// NULL: no such lock; 0: another session's. Either way not ours any more.
 		l.endLocked(dlock.ErrNotHeld)
-		err = dlock.ErrNotHeld
-	default:
-		l.ended = true
-		l.conn.Close()
+		return dlock.ErrNotHeld
 	}
-	l.mu.Unlock()
-	close(l.stop)
-	<-l.stopped
-	return err
+	l.ended = true
+	l.timer.Stop()
+	l.conn.Close()
+	return nil
 }
