@@ -1,0 +1,19 @@
+package main
+
+// The backends whose URL schemes dlock understands. A blank import registers a
+// package's schemes with dlock.Open.
+import (
+	_ "github.com/dlock-go/dlock/backends/etcdlock"
+	_ "github.com/dlock-go/dlock/backends/memlock"
+	_ "github.com/dlock-go/dlock/backends/mysqllock"
+	_ "github.com/dlock-go/dlock/backends/redislock"
+	_ "github.com/dlock-go/dlock/backends/zklock"
+
+	"github.com/redis/go-redis/v9/logging"
+)
+
+func init() {
+	// dlock reports a backend's errors itself; the Redis client's own log lines
+	// ("failed to dial after 5 attempts") would only repeat them on stderr.
+	logging.Disable()
+}

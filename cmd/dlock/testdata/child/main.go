@@ -1,0 +1,102 @@
+// Command child is what the end-to-end tests of dlock run under a lock:
+//
+//	child exit N            exit with code N
+//	child kill N            die of signal N
+//	child env FILE          write DLOCK_KEY and DLOCK_TOKEN to FILE
+//	child trap CODE         print "ready", then "got N" for each signal N dlock forwards;
+//	                        exit CODE on SIGTERM
+//	child hold              print "ready", wait for stdin to close, exit 0 (SIGTERM kills it)
+//	child stubborn          ignore SIGTERM, start a stubborn grandchild, print "ready
+//	                        child"; the grandchild prints "ready grandchild"; both wait for
+//	                        stdin to close
+//	child critical FILE ID  append "enter ID $DLOCK_TOKEN" to FILE, work 25ms, append "leave ID"
+//	child read              print "ready", read a line from stdin, print "read LINE", exit 0
+//
+// It uses only the standard library so that it starts in milliseconds.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	arg := func(i int) string {
+		if i < len(args) {
+			return args[i]
+		}
+		return ""
+	}
+	switch arg(0) {
+	case "exit":
+		n, _ := strconv.Atoi(arg(1))
+		return n
+	case "kill":
+		n, _ := strconv.Atoi(arg(1))
+		signal.Reset(syscall.Signal(n))
+		syscall.Kill(os.Getpid(), syscall.Signal(n))
+		select {}
+	case "env":
+		err := os.WriteFile(arg(1), []byte("DLOCK_KEY="+os.Getenv("DLOCK_KEY")+"\nDLOCK_TOKEN="+os.Getenv("DLOCK_TOKEN")+"\n"), 0o644)
+		if err != nil {
+			return 3
+		}
+		return 0
+	case "trap":
+		code, _ := strconv.Atoi(arg(1))
+		c := make(chan os.Signal, 16)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+		fmt.Println("ready")
+		for s := range c {
+			fmt.Printf("got %d\n", s.(syscall.Signal))
+			if s == syscall.SIGTERM {
+				return code
+			}
+		}
+	case "hold":
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		return 0
+	case "stubborn":
+		signal.Ignore(syscall.SIGTERM)
+		who := "grandchild"
+		if arg(1) != who {
+			who = "child"
+			gc := exec.Command(os.Args[0], "stubborn", "grandchild")
+			gc.Stdin, gc.Stdout, gc.Stderr = os.Stdin, os.Stdout, os.Stderr
+			if err := gc.Start(); err != nil {
+				return 3
+			}
+		}
+		fmt.Println("ready", who)
+		io.Copy(io.Discard, os.Stdin)
+		return 0
+	case "critical":
+		f, err := os.OpenFile(arg(1), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return 3
+		}
+		defer f.Close()
+		fmt.Fprintf(f, "enter %s %s\n", arg(2), os.Getenv("DLOCK_TOKEN"))
+		time.Sleep(25 * time.Millisecond) // the work done under the lock
+		fmt.Fprintf(f, "leave %s\n", arg(2))
+		return 0
+	case "read":
+		fmt.Println("ready")
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Printf("read %s\n", strings.TrimSpace(line))
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "child: unknown mode %q\n", arg(0))
+	return 2
+}
