@@ -14,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
@@ -461,7 +462,7 @@ func TestMySQLKillRestartPause(t *testing.T) {
 
 func zkConn(t testing.TB, addrs []string) *zk.Conn {
 	t.Helper()
-	c, ev, err := zk.Connect(addrs, 4*time.Second, zk.WithLogInfo(false))
+	c, ev, err := zk.Connect(addrs, 4*time.Second, zk.WithLogger(nopLogger{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,6 +477,10 @@ func zkConn(t testing.TB, addrs []string) *zk.Conn {
 	}
 	return c
 }
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
 
 func zkCreate(t testing.TB, c *zk.Conn, path string) {
 	t.Helper()
@@ -630,7 +635,7 @@ func waitFor(ctx context.Context, cond func() bool) error {
 
 func etcdClient(t testing.TB, eps []string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

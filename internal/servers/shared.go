@@ -132,9 +132,9 @@ func RedisMastersFromEnv(n int) []*Redis {
 	return rs
 }
 
-// Shutdown closes every shared server and removes process-wide temporary
-// files (the MariaDB template). Later Shared* calls start new servers. Call
-// it before exiting (servertest.Main does).
+// Shutdown closes every shared server and runs registered clean-ups. Later
+// Shared* calls start new servers. Call it before exiting (servertest.Main
+// does). The MariaDB template in the user cache directory is kept.
 func Shutdown() {
 	var wg sync.WaitGroup
 	closeShared := func(f func()) {
