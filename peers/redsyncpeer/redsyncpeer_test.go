@@ -1,0 +1,56 @@
+package redsyncpeer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/peers/redsyncpeer"
+)
+
+func TestMain(m *testing.M) { servertest.Main(m) }
+
+// harness gives the suite clients of the same masters, each with its own connections.
+type harness struct{ masters []*servers.Redis }
+
+func (h harness) NewLocker(t testing.TB) dlock.Locker {
+	clients := make([]redis.UniversalClient, len(h.masters))
+	for i, m := range h.masters {
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	return redsyncpeer.New(clients)
+}
+
+// Capabilities: owner-checked release and extend by a random value, a per-lock TTL,
+// no fencing.
+func (h harness) Capabilities() conformance.Capabilities {
+	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true}
+}
+
+// DeleteKey deletes the lock on every master, as an operator (or a failover) would.
+func (h harness) DeleteKey(t testing.TB, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range h.masters {
+		if n, err := m.Do(ctx, "DEL", key); err != nil || n != "1" {
+			t.Fatalf("DEL %q on %s: %q, %v", key, m.Addr(), n, err)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("1master", func(t *testing.T) {
+		conformance.Run(t, harness{[]*servers.Redis{servertest.Redis(t)}})
+	})
+	t.Run("5masters", func(t *testing.T) {
+		conformance.Run(t, harness{servertest.RedisMasters(t, 5)})
+	})
+}
