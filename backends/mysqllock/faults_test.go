@@ -1,0 +1,102 @@
+package mysqllock_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/mysqllock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+// faultHarness runs the fault scenarios on a private server that it may crash and
+// restart: holders in child processes (by URL), a server restart, a partitioned
+// holder. getLock picks NewGetLock over New.
+type faultHarness struct {
+	server  *servers.MySQL
+	dsn     string
+	getLock bool
+}
+
+// faultCheck is the GET_LOCK check interval in the fault scenarios: far shorter than
+// the server takes to restart, so that a holder learns of the restart before the
+// server can grant its lock again.
+const faultCheck = 100 * time.Millisecond
+
+func newFaultHarness(t *testing.T, getLock bool) *faultHarness {
+	m := servertest.NewMySQL(t)
+	h := &faultHarness{server: m, dsn: servertest.NewDatabase(t, m), getLock: getLock}
+	if !getLock {
+		if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), openDB(t, h.dsn, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+func (h *faultHarness) locker(t testing.TB, addr string) dlock.Locker {
+	db := openDB(t, h.dsn, func(c *mysql.Config) {
+		c.Addr = addr
+		if h.getLock {
+			c.Params = map[string]string{"wait_timeout": fmt.Sprint(int(sessionTimeout.Seconds()))}
+		}
+	})
+	if h.getLock {
+		return mysqllock.NewGetLock(db, mysqllock.WithCheckInterval(faultCheck))
+	}
+	return mysqllock.New(db)
+}
+
+func (h *faultHarness) NewLocker(t testing.TB) dlock.Locker { return h.locker(t, h.server.Addr()) }
+
+func (h *faultHarness) Capabilities() conformance.Capabilities {
+	if h.getLock {
+		return conformance.Capabilities{SessionTimeout: sessionTimeout}
+	}
+	return conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: mysqllock.MinTTL}
+}
+
+func (h *faultHarness) URL(t testing.TB) string {
+	cfg, err := mysql.ParseDSN(h.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.getLock {
+		return fmt.Sprintf("%s://%s@%s/%s?wait_timeout=%d&check_interval=%v", mysqllock.GetLockScheme,
+			cfg.User, cfg.Addr, cfg.DBName, int(sessionTimeout.Seconds()), faultCheck)
+	}
+	return fmt.Sprintf("%s://%s@%s/%s", mysqllock.Scheme, cfg.User, cfg.Addr, cfg.DBName)
+}
+
+// RestartServers crashes the server (SIGKILL) and starts it again on its data.
+func (h *faultHarness) RestartServers(t testing.TB) {
+	if err := h.server.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.server.Restart(ctxFor(t, time.Minute), true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
+	p := servertest.Proxy(t, h.server.Addr())
+	return h.locker(t, p.Addr()), p
+}
+
+// TestFaults runs the suite's fault scenarios: a holder process killed or paused, the
+// server crashed and restarted while a lock is held, a holder cut off the network.
+func TestFaults(t *testing.T) {
+	t.Run("table", func(t *testing.T) {
+		t.Parallel() // private servers: the two wait out their TTLs side by side
+		conformance.RunFaults(t, "mysql", newFaultHarness(t, false), nil)
+	})
+	t.Run("getlock", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunFaults(t, "mysql+getlock", newFaultHarness(t, true), nil)
+	})
+}
