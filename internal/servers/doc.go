@@ -75,6 +75,18 @@
 // leader; KillLeader returns the member it killed (ZooKeeper: SIGKILL; etcd:
 // member stopped).
 //
+// # Test helpers (package servertest)
+//
+//	Main(m *testing.M)                      // from TestMain: run, Shutdown, fail on leaked child processes
+//	Redis(t) *Redis; MySQL(t) *MySQL; ZooKeeper(t) *ZooKeeper; Etcd(t) *Etcd   // shared, do not fault
+//	MySQLDSN(t) string; NewDatabase(t, *MySQL) string                           // fresh database, dropped at cleanup
+//	NewRedis(t, RedisOptions) *Redis; NewMySQL(t); NewZooKeeper(t); NewEtcd(t) // private
+//	RedisMasters(t, n); RedisReplicaPair(t) (m, r); RedisCluster(t, n)
+//	ZKEnsemble(t, n); EtcdCluster(t, n); Proxy(t, target)
+//
+// Temporary directories carry the owner's pid; directories whose owner died
+// (a SIGKILLed test binary) are removed by the next run.
+//
 // # Shifted clocks
 //
 // RedisOptions.FakeTimeOffset runs redis-server with a shifted wall clock and

@@ -325,8 +325,18 @@ func (p *proc) addrInUse() bool {
 }
 
 // tempDir makes a fresh temporary directory for one server.
+// It is marked with this process's pid; directories of dead owners are swept.
 func tempDir(kind string) (string, error) {
-	return os.MkdirTemp("", "dlock-"+kind+"-")
+	sweepStale()
+	d, err := os.MkdirTemp("", "dlock-"+kind+"-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(d, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(d)
+		return "", err
+	}
+	return d, nil
 }
 
 // removeContents empties dir except for the names in keep.

@@ -1,11 +1,16 @@
 package servers
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -71,4 +76,68 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// ChildProcesses lists the live direct children of this process (pid and
+// command line), from /proc. After every server is closed it should be empty;
+// servertest.Main checks that nothing leaked.
+func ChildProcesses() []string {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid != self {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))))
+	}
+	return out
+}
+
+// ownerFile marks a temporary directory with the pid of the process that made
+// it, so a later run can remove directories left by a killed test binary.
+const ownerFile = ".dlock-owner"
+
+var sweepOnce sync.Once
+
+// sweepStale removes dlock temporary directories whose owner process is gone
+// (left behind when a test binary was SIGKILLed or timed out).
+func sweepStale() {
+	sweepOnce.Do(func() {
+		dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "dlock-*"))
+		for _, d := range dirs {
+			b, err := os.ReadFile(filepath.Join(d, ownerFile))
+			if err != nil {
+				continue
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || pid <= 0 || pid == os.Getpid() {
+				continue
+			}
+			if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+				os.RemoveAll(d)
+			}
+		}
+	})
 }

@@ -14,7 +14,10 @@ package servertest
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,10 +25,25 @@ import (
 )
 
 // Main runs the tests, then stops every shared server and exits with the
-// tests' status.
+// tests' status. A child process still running at that point (a server some
+// test did not close) is reported, killed, and fails the run.
 func Main(m *testing.M) {
 	code := m.Run()
 	servers.Shutdown()
+	if left := servers.ChildProcesses(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "servertest: %d child process(es) still running after the tests; killing:\n  %s\n",
+			len(left), strings.Join(left, "\n  "))
+		for _, l := range left {
+			var pid int
+			if _, err := fmt.Sscan(l, &pid); err == nil {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if code == 0 {
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
