@@ -48,8 +48,10 @@ func (t *ttyState) restore() {
 func waitChild(child *exec.Cmd, tty *ttyState) (syscall.WaitStatus, error) {
 	if tty == nil {
 		err := child.Wait()
-		if ws, ok := child.ProcessState.Sys().(syscall.WaitStatus); ok && child.ProcessState != nil {
-			return ws, nil
+		if child.ProcessState != nil {
+			if ws, ok := child.ProcessState.Sys().(syscall.WaitStatus); ok {
+				return ws, nil
+			}
 		}
 		return 0, err
 	}
