@@ -166,8 +166,10 @@ type tableDriver struct {
 	db  *sql.DB
 	cfg config
 
-	mu       sync.Mutex // guards prepared
+	mu       sync.Mutex // guards the fields below
 	prepared *statements
+	closed   bool
+	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
 }
 
 type statements struct{ acquire, release, tidy, refresh *sql.Stmt }
@@ -259,6 +261,10 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 
 func (d *tableDriver) Close() error {
 	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.tidying.Wait()
+	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.prepared != nil {
 		d.prepared.close()
@@ -314,11 +320,23 @@ func (l *tableLock) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// tidyUp frees the lock if it is ours, with a fresh short context, best effort.
+// tidyUp frees the lock if it is ours, in the background (the caller returns at
+// once, even on a stalled network), with a fresh short context, best effort. A lock
+// it misses (the interrupted statement reached the server after it) ends at its TTL.
 func (l *tableLock) tidyUp() {
-	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
-	defer cancel()
-	_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+	d := l.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.tidying.Add(1)
+	go func() {
+		defer d.tidying.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
+		defer cancel()
+		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+	}()
 }
 
 // tidyTimeout bounds the clean-up after an interrupted request.

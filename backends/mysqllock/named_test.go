@@ -367,3 +367,71 @@ func TestKeysArePlainData(t *testing.T) {
 		t.Errorf("%d rows for %d keys: %v", len(got), len(keys), got)
 	}
 }
+
+// An acquire whose network stalls returns when its ctx ends, without waiting for its
+// clean-up; the lock its statement may still take on the server when the stalled
+// bytes arrive belongs to nobody and ends at its TTL.
+func TestInterruptedAcquire(t *testing.T) {
+	m := servertest.MySQL(t)
+	dsn := servertest.NewDatabase(t, m)
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), openDB(t, dsn, nil)); err != nil {
+		t.Fatal(err)
+	}
+	p := servertest.Proxy(t, m.Addr())
+	stalled := mysqllock.New(openDB(t, dsn, func(c *mysql.Config) { c.Addr = p.Addr() }))
+	other := mysqllock.New(openDB(t, dsn, nil))
+	defer other.Close()
+	const key = "interrupted"
+	release(t, tryAcquire(t, stalled, key)) // a connection with prepared statements
+
+	p.Stall()
+	const ttl, wait = time.Second, 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t0 := time.Now()
+	_, err := stalled.TryAcquire(ctx, key, dlock.WithTTL(ttl))
+	took := time.Since(t0)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire on a stalled network: want context.DeadlineExceeded, got %v", err)
+	}
+	if took > wait+500*time.Millisecond {
+		t.Errorf("TryAcquire returned %v after its %v ctx", took, wait)
+	}
+	restored := time.Now()
+	p.Restore()
+	ls, err := other.Acquire(ctxFor(t, 10*time.Second), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("the interrupted acquire's lock was not free 10s later: %v", err)
+	}
+	if free := time.Since(restored); free > ttl+500*time.Millisecond {
+		t.Errorf("the interrupted acquire's lock was free only %v after the network came back (ttl %v)", free, ttl)
+	}
+	release(t, ls)
+	if err := stalled.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// WithMigrate creates the table (any name, quoted) on first use; Migrate is
+// idempotent.
+func TestWithMigrate(t *testing.T) {
+	db := openDB(t, servertest.MySQLDSN(t), nil)
+	const table = "odd `name`"
+	l := mysqllock.New(db, mysqllock.WithTable(table), mysqllock.WithMigrate())
+	defer l.Close()
+	release(t, tryAcquire(t, l, "migrated"))
+	for range 2 {
+		if err := mysqllock.Migrate(ctxFor(t, 10*time.Second), db, mysqllock.WithTable(table)); err != nil {
+			t.Fatalf("Migrate on an existing table: %v", err)
+		}
+	}
+	var n int
+	if err := db.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT COUNT(*) FROM `odd ``name```").Scan(&n); err != nil || n != 1 {
+		t.Errorf("rows in %q: %d (%v), want 1", table, n, err)
+	}
+	bare := mysqllock.New(db, mysqllock.WithTable("never_created"))
+	defer bare.Close()
+	if _, err := bare.TryAcquire(ctxFor(t, 10*time.Second), "k"); err == nil {
+		t.Error("TryAcquire without the table and without WithMigrate: want an error")
+	}
+}
