@@ -1,0 +1,76 @@
+package getlockpeer_test
+
+import (
+	"database/sql"
+	"io"
+	"log"
+	"sync"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/peers/getlockpeer"
+)
+
+func TestMain(m *testing.M) {
+	// The driver logs the connections that Vanish cuts; the tests check what matters.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	servertest.Main(m)
+}
+
+// harness gives the suite clients of the shared MariaDB, each with its own pool
+// through its own proxy, so that one client can vanish.
+type harness struct {
+	m *servers.MySQL
+
+	mu      sync.Mutex
+	proxies map[dlock.Locker]*servers.Proxy
+}
+
+func newHarness(t *testing.T) *harness {
+	return &harness{m: servertest.MySQL(t), proxies: map[dlock.Locker]*servers.Proxy{}}
+}
+
+func (h *harness) NewLocker(t testing.TB) dlock.Locker {
+	p := servertest.Proxy(t, h.m.Addr())
+	cfg, err := mysql.ParseDSN(h.m.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = p.Addr()
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	l := getlockpeer.New(db)
+	h.mu.Lock()
+	h.proxies[l] = p
+	h.mu.Unlock()
+	return l
+}
+
+// Capabilities: locks last as long as their connection. Weak: a cut connection frees
+// its lock at once, while its client, told nothing, goes on (DeadlockFreedom's "not
+// before the session ends"); lock names end at the first NUL (KeyIsolation: "k\x00"
+// is "k") and are limited to 64 characters (InputValidation).
+func (h *harness) Capabilities() conformance.Capabilities {
+	return conformance.Capabilities{
+		Weaknesses: []conformance.Property{conformance.DeadlockFreedom, conformance.KeyIsolation, conformance.InputValidation}}
+}
+
+// Vanish cuts the client's connections, as a crash or a network cut does.
+func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
+	h.mu.Lock()
+	p := h.proxies[l]
+	h.mu.Unlock()
+	p.Cut()
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newHarness(t))
+}
