@@ -45,8 +45,9 @@
 //
 // Fault methods on external servers return ErrExternal.
 //
-// *Etcd members are in-process: Stop (close the member), Restart, Close; there
-// is no Pause or SIGKILL for them.
+// *Etcd members are in-process: Stop (graceful close), Kill (abrupt: raft
+// halts first, no leadership hand-over), Restart, Close; there is no Pause
+// (no SIGSTOP for a part of this process).
 //
 // # API
 //
@@ -64,7 +65,7 @@
 //	StartZooKeeper(ctx) (*ZooKeeper, error)                   // Addrs(), Mode(ctx), FourLetter(ctx, cmd)
 //	StartZooKeeperEnsemble(ctx, n) (*ZKEnsemble, error)       // Nodes, Addrs(), Leader(ctx), KillLeader(ctx), Close()
 //
-//	StartEtcd(ctx) (*Etcd, error)                             // Endpoints(), Stop(), Restart(ctx, keep), IsLeader()
+//	StartEtcd(ctx) (*Etcd, error)                             // Endpoints(), Stop(), Kill(), Restart(ctx, keep), IsLeader()
 //	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
 //
 //	NewProxy(target) (*Proxy, error)                          // Addr(), Cut(), Blackhole(), Stall(), Restore(), Close()
@@ -73,7 +74,7 @@
 //
 // Leader and KillLeader wait (bounded by ctx) until the cluster agrees on one
 // leader; KillLeader returns the member it killed (ZooKeeper: SIGKILL; etcd:
-// member stopped).
+// Kill).
 //
 // # Test helpers (package servertest)
 //

@@ -16,8 +16,9 @@ import (
 
 // Etcd is one etcd member embedded in this process (go.etcd.io/etcd/server/v3/embed),
 // or an external one from DLOCK_ETCD_ADDRS. Being in-process it cannot be
-// paused or SIGKILLed: Stop closes it (its clients see the connection go away),
-// Restart brings it back on the same ports.
+// paused (no SIGSTOP in-process): Stop closes it gracefully, Kill halts it
+// abruptly (raft stops first, no leadership hand-over), Restart brings it back
+// on the same ports.
 type Etcd struct {
 	name    string
 	dir     string // temp root: data/, etcd.log
@@ -168,7 +169,8 @@ func StartEtcd(ctx context.Context) (*Etcd, error) {
 	return e, nil
 }
 
-// Stop closes the member and waits until it has stopped. No-op when stopped.
+// Stop closes the member gracefully (a leader hands leadership over first) and
+// waits until it has stopped. No-op when stopped.
 func (e *Etcd) Stop() error {
 	if e.External() {
 		return ErrExternal
@@ -180,6 +182,26 @@ func (e *Etcd) Stop() error {
 	if srv == nil {
 		return nil
 	}
+	srv.Close()
+	<-srv.Server.StopNotify()
+	return nil
+}
+
+// Kill stops the member abruptly, like a crash: its raft node halts at once
+// (no leadership transfer, no goodbye to peers), then its listeners close.
+// No-op when stopped.
+func (e *Etcd) Kill() error {
+	if e.External() {
+		return ErrExternal
+	}
+	e.mu.Lock()
+	srv := e.e
+	e.e = nil
+	e.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	srv.Server.HardStop()
 	srv.Close()
 	<-srv.Server.StopNotify()
 	return nil
@@ -321,13 +343,14 @@ func (c *EtcdCluster) Leader(ctx context.Context) (*Etcd, error) {
 	}
 }
 
-// KillLeader stops the current leader and returns it.
+// KillLeader kills the current leader (Kill: no leadership hand-over, the
+// others must notice and elect a new one) and returns it.
 func (c *EtcdCluster) KillLeader(ctx context.Context) (*Etcd, error) {
 	l, err := c.Leader(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return l, l.Stop()
+	return l, l.Kill()
 }
 
 // Close closes every member.

@@ -326,6 +326,25 @@ func TestRedisCluster(t *testing.T) {
 			t.Errorf("node %s holds no key: slots not spread", n.Addr())
 		}
 	}
+	// A node restarted without its data keeps its cluster identity (nodes.conf)
+	// and the cluster comes back to ok, minus that node's keys.
+	n0 := cl.Nodes[0]
+	if err := n0.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n0.Restart(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitOK(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if size, err := redisClient(t, n0.Addr()).DBSize(ctx).Result(); err != nil || size != 0 {
+		t.Fatalf("wiped node: DBSIZE %d, %v; want 0", size, err)
+	}
+	k := key(t)
+	if err := c.Set(ctx, k, "after", 0).Err(); err != nil {
+		t.Fatalf("SET after node restart: %v", err)
+	}
 }
 
 func TestRedisShiftedClock(t *testing.T) {
@@ -723,7 +742,7 @@ func TestEtcdCluster(t *testing.T) {
 	}
 	t.Logf("new etcd leader %s after %v", l.Name(), time.Since(t0).Round(time.Millisecond))
 	if l == old {
-		t.Fatal("stopped member still leads")
+		t.Fatal("killed member still leads")
 	}
 	if _, err := c.Put(ctx, k, "2"); err != nil {
 		t.Fatalf("Put without the old leader: %v", err)
