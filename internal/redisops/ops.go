@@ -52,7 +52,9 @@ func Millis(ttl time.Duration) int64 {
 //
 // An error may come after the server ran the script (a timeout, ctx ending, a broken
 // connection): the lock may then be set. A caller that gives up must Release with
-// the same value. A reply error from the server (redis.Error) means nothing was set.
+// the same value; a caller (or go-redis, which retries on network errors) that runs
+// Acquire again with the same value gets the same grant back. A reply error from the
+// server (redis.Error) means nothing was set.
 func Acquire(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration) (token uint64, remaining time.Duration, acquired bool, err error) {
 	res, err := acquireScript.Run(ctx, c, []string{LockKey(key), FenceKey(key)}, value, Millis(ttl)).Int64Slice()
 	if err != nil {

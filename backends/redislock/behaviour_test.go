@@ -1,0 +1,378 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bsm "github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/redislock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/redisops"
+)
+
+func uniqueKey(name string) string { return fmt.Sprintf("test/%s/%d", name, time.Now().UnixNano()) }
+
+// TestClusterKeyLayout checks the key layout against the cluster's own hashing
+// (CLUSTER KEYSLOT) and takes a lock on every odd key on the cluster: the acquire
+// script touches the lock and its fence counter, which Redis refuses (CROSSSLOT)
+// unless they share a slot.
+func TestClusterKeyLayout(t *testing.T) {
+	h := clusterHarness(t)
+	keys := append(conformance.ValidKeys(), "}", "}{", "a}b", "{}x", "{a}}", "{{a}", "a{b", "{}{a}", strings.Repeat("}", 255))
+	ctx := ctxFor(t, time.Minute)
+	l := h.NewLocker(t)
+	defer l.Close()
+	for _, k := range keys {
+		want, err := h.admin.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.admin.ClusterKeySlot(ctx, redisops.FenceKey(k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || int64(redisops.Slot(k)) != want {
+			t.Errorf("%q: CLUSTER KEYSLOT says lock slot %d, fence key slot %d; redisops.Slot says %d", k, want, got, redisops.Slot(k))
+		}
+		ls, err := l.TryAcquire(ctx, k)
+		if err != nil {
+			t.Errorf("TryAcquire(%q) on the cluster: %v", k, err)
+			continue
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Errorf("Release(%q): %v", k, err)
+		}
+	}
+}
+
+// TestPeerExclusion: a lock taken with plain SET key value NX PX (go-redis SetNX, and
+// the bsm/redislock library) and one taken by New on the same key name exclude each
+// other, and neither's release frees the other's lock.
+func TestPeerExclusion(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	raw := client(t, addr)
+	l := redislock.New(client(t, addr))
+	defer l.Close()
+	ctx := ctxFor(t, time.Minute)
+
+	t.Run("plain SET NX PX holds", func(t *testing.T) {
+		k := uniqueKey("peer-set")
+		if ok, err := raw.SetNX(ctx, k, "peer", 30*time.Second).Result(); err != nil || !ok {
+			t.Fatalf("SET NX PX: %v %v", ok, err)
+		}
+		if _, err := l.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of a key a peer holds: want ErrNotAcquired, got %v", err)
+		}
+		raw.Del(ctx, k)
+	})
+	t.Run("bsm holds", func(t *testing.T) {
+		k := uniqueKey("peer-bsm")
+		peer, err := bsm.Obtain(ctx, raw, k, 30*time.Second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of a key bsm/redislock holds: want ErrNotAcquired, got %v", err)
+		}
+		if err := peer.Release(ctx); err != nil {
+			t.Fatalf("bsm Release: %v", err)
+		}
+		ls, err := l.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatalf("TryAcquire after bsm's release: %v", err)
+		}
+		_ = ls.Release(ctx)
+	})
+	t.Run("dlock holds", func(t *testing.T) {
+		k := uniqueKey("peer-dlock")
+		ls, err := l.TryAcquire(ctx, k, dlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := raw.SetNX(ctx, k, "peer", 30*time.Second).Result(); err != nil || ok {
+			t.Fatalf("SET NX PX on a key dlock holds: set=%v err=%v, want not set", ok, err)
+		}
+		if _, err := bsm.Obtain(ctx, raw, k, 30*time.Second, nil); !errors.Is(err, bsm.ErrNotObtained) {
+			t.Fatalf("bsm Obtain on a key dlock holds: want ErrNotObtained, got %v", err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		peer, err := bsm.Obtain(ctx, raw, k, 30*time.Second, nil)
+		if err != nil {
+			t.Fatalf("bsm Obtain after dlock's release: %v", err)
+		}
+		// A stale dlock lease cannot free bsm's lock (owner value check).
+		if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("second Release: want ErrNotHeld, got %v", err)
+		}
+		if ttl, err := peer.TTL(ctx); err != nil || ttl <= 0 {
+			t.Fatalf("bsm's lock after a stale dlock Release: ttl %v, %v", ttl, err)
+		}
+		_ = peer.Release(ctx)
+	})
+}
+
+// never is a retry strategy that would wait a minute: a waiter using it gets the lock
+// sooner only through a wake-up or the holder's remaining TTL.
+var never = dlock.WithRetry(dlock.LinearBackoff(time.Minute))
+
+// TestReleaseWakesWaiter: a waiter is woken by the release's pub/sub message, not by
+// polling: it holds a retry strategy that waits a minute and the holder's TTL is 30s.
+func TestReleaseWakesWaiter(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	a, b := redislock.New(client(t, addr)), redislock.New(client(t, addr))
+	defer a.Close()
+	defer b.Close()
+	k := uniqueKey("wake")
+	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var releasedAt atomic.Int64
+	go func() {
+		lb, err := b.Acquire(ctxFor(t, 10*time.Second), k, never)
+		if err == nil {
+			t.Logf("granted %v after the release", time.Duration(time.Now().UnixNano()-releasedAt.Load()))
+			err = lb.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitSubscribed(t, addr, k)
+	releasedAt.Store(time.Now().UnixNano())
+	if err := la.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter was not woken by the release: %v", err)
+	}
+}
+
+// waitSubscribed waits until some client listens on k's release channel.
+func waitSubscribed(t testing.TB, addr, k string) {
+	t.Helper()
+	c := client(t, addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := c.PubSubNumSub(ctxFor(t, 10*time.Second), redisops.Channel(k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[redisops.Channel(k)] > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no one subscribed to %q", redisops.Channel(k))
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
+	}
+}
+
+// TestExpiryBoundsWait: expiry publishes nothing, so a waiter never waits longer than
+// the holder's remaining TTL (PTTL) before looking again.
+func TestExpiryBoundsWait(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	a, b := redislock.New(client(t, addr)), redislock.New(client(t, addr))
+	defer a.Close()
+	defer b.Close()
+	k := uniqueKey("expiry-wait")
+	ttl := 300 * time.Millisecond
+	t0 := time.Now()
+	if _, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(ttl)); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Acquire(ctxFor(t, 10*time.Second), k, never)
+	if err != nil {
+		t.Fatalf("the waiter did not get an expired lock within 10s: %v", err)
+	}
+	took := time.Since(t0)
+	_ = lb.Release(ctxFor(t, 10*time.Second))
+	if took < ttl || took > ttl+2*time.Second {
+		t.Fatalf("granted %v after a %v lock was taken; want soon after its TTL", took, ttl)
+	}
+	t.Logf("granted %v after a %v lock was taken", took.Round(time.Millisecond), ttl)
+}
+
+// loseAcquireReply is a go-redis hook that runs the acquire script on the server and
+// then reports a timeout instead of its reply, as a connection that dies at that
+// moment would.
+type loseAcquireReply struct{}
+
+func (loseAcquireReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (loseAcquireReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (loseAcquireReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && strings.HasPrefix(cmd.Name(), "eval") && len(cmd.Args()) > 2 && fmt.Sprint(cmd.Args()[2]) == "2" {
+			cmd.SetErr(context.DeadlineExceeded)
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+// TestLostReplyLeavesNoLock: when the acquire's reply does not arrive (ctx ended,
+// connection lost) the lock may have been set; TryLock removes it.
+func TestLostReplyLeavesNoLock(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	c := client(t, addr)
+	c.AddHook(loseAcquireReply{})
+	l := redislock.New(c)
+	defer l.Close()
+	k := uniqueKey("lost-reply")
+	if _, err := l.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire with the reply lost: want DeadlineExceeded, got %v", err)
+	}
+	if n, err := client(t, addr).Exists(ctxFor(t, 10*time.Second), k).Result(); err != nil || n != 0 {
+		t.Fatalf("the lock whose grant was lost is still set (EXISTS %d, %v)", n, err)
+	}
+}
+
+// TestAutoRenewLostWhenUnreachable: an auto-renewed lease whose client cannot reach
+// Redis ends with ErrLost by its validity deadline.
+func TestAutoRenewLostWhenUnreachable(t *testing.T) {
+	h := newFaultHarness(t, faultConfig{})
+	l, link := h.NewPartitionedLocker(t)
+	defer l.Close()
+	ttl := 500 * time.Millisecond
+	t0 := time.Now()
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), uniqueKey("renew-lost"), dlock.WithTTL(ttl), dlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.Blackhole()
+	defer link.Restore()
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("an auto-renewed lease cut off from Redis did not end")
+	}
+	if took := time.Since(t0); !errors.Is(ls.Err(), dlock.ErrLost) || took > ttl+time.Second {
+		t.Fatalf("cut-off auto-renewed lease (ttl %v): ended after %v with %v, want ErrLost by the deadline", ttl, took, ls.Err())
+	}
+}
+
+// TestReplicaAck: WithReplicaAck refuses a grant that no replica acknowledged, and
+// leaves nothing behind on the master.
+func TestReplicaAck(t *testing.T) {
+	h := newFaultHarness(t, faultConfig{replica: true, ack: true})
+	l := h.NewLocker(t)
+	defer l.Close()
+	k := uniqueKey("ack")
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("TryAcquire with a replica in sync: %v", err)
+	}
+	if err := ls.Refresh(ctxFor(t, 10*time.Second), 10*time.Second); err != nil {
+		t.Fatalf("Refresh with a replica in sync: %v", err)
+	}
+	_ = ls.Release(ctxFor(t, 10*time.Second))
+
+	h.PauseReplication(t)
+	_, err = l.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryAcquire with replication stalled: want ErrUnavailable, got %v", err)
+	}
+	if n, err := client(t, h.master.Addr()).Exists(ctxFor(t, 10*time.Second), k).Result(); err != nil || n != 0 {
+		t.Fatalf("an unacknowledged grant was left on the master (EXISTS %d, %v)", n, err)
+	}
+}
+
+// TestAcquireIdempotent: the acquire script run again with the same owner value (a
+// retry after a lost reply) returns the same grant; another value is refused.
+func TestAcquireIdempotent(t *testing.T) {
+	c := client(t, sharedRedis(t).Addr())
+	ctx := ctxFor(t, 10*time.Second)
+	k, v := uniqueKey("idempotent"), redisops.NewValue()
+	tok1, _, ok1, err1 := redisops.Acquire(ctx, c, k, v, time.Minute)
+	tok2, _, ok2, err2 := redisops.Acquire(ctx, c, k, v, time.Minute)
+	_, rem, ok3, err3 := redisops.Acquire(ctx, c, k, redisops.NewValue(), time.Minute)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	if !ok1 || !ok2 || tok1 != tok2 || ok3 || rem <= 0 || rem > time.Minute {
+		t.Fatalf("acquire, same value again, other value: (%v %d) (%v %d) (%v remaining %v); want the same grant twice, then busy",
+			ok1, tok1, ok2, tok2, ok3, rem)
+	}
+}
+
+// TestFencingAcrossRestart: the fencing counter lives in Redis like the lock. A
+// restart without persistence loses it, and tokens start again from 1 (a fenced
+// resource then refuses every writer until the counter passes what it has seen);
+// with appendfsync always it survives.
+func TestFencingAcrossRestart(t *testing.T) {
+	for _, aof := range []string{"", "always"} {
+		t.Run("aof="+aof, func(t *testing.T) {
+			h := newFaultHarness(t, faultConfig{aof: aof})
+			l := h.NewLocker(t)
+			defer l.Close()
+			k := uniqueKey("fence-restart")
+			var before uint64
+			for range 3 {
+				ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before = ls.Token()
+				_ = ls.Release(ctxFor(t, 10*time.Second))
+			}
+			h.RestartServers(t)
+			ls, err := l.Acquire(ctxFor(t, 20*time.Second), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := ls.Token()
+			_ = ls.Release(ctxFor(t, 10*time.Second))
+			if kept := after > before; kept != (aof != "") {
+				t.Fatalf("token %d before the restart, %d after (persistence %q)", before, after, aof)
+			}
+			t.Logf("token %d before the restart, %d after (persistence %q)", before, after, aof)
+		})
+	}
+}
+
+// TestURL opens both schemes and rejects what they do not know.
+func TestURL(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	ctx := ctxFor(t, 30*time.Second)
+	for _, u := range []string{"redis://" + addr, "redis://" + addr + "/1", "redis://" + addr + "?wait_replicas=0",
+		"redis+setnx://" + addr + "?variant=expire", "redis+setnx://" + addr + "?variant=setnx%2Bgetset"} {
+		l, err := dlock.Open(ctx, u)
+		if err != nil {
+			t.Errorf("Open(%q): %v", u, err)
+			continue
+		}
+		if err := cycleOnce(ctx, l, uniqueKey("url")); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("%s: Close: %v", u, err)
+		}
+	}
+	for _, u := range []string{"redis://" + addr + "?pool=3", "redis://" + addr + "?wait_timeout=1s", "redis://" + addr + "?wait_replicas=x",
+		"redis://" + addr + "/x", "redis://", "redis+setnx://" + addr, "redis+setnx://" + addr + "?variant=other",
+		"redis://h1:1,h2:2/3"} {
+		if _, err := dlock.Open(ctx, u); !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("Open(%q): want ErrInvalidURL, got %v", u, err)
+		}
+	}
+}
+
+func cycleOnce(ctx context.Context, l dlock.Locker, k string) error {
+	ls, err := l.TryAcquire(ctx, k)
+	if err != nil {
+		return err
+	}
+	return ls.Release(ctx)
+}

@@ -1,0 +1,241 @@
+package redislock_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/redislock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+)
+
+// faultConfig says what a faultHarness runs on.
+type faultConfig struct {
+	replica bool   // a master and an asynchronous replica (failover)
+	ack     bool   // New with WithReplicaAck(1, ackTimeout)
+	aof     string // persistence: "" (none) or an appendfsync policy
+	clock   bool   // the server runs under libfaketime (its clock can jump)
+}
+
+const ackTimeout = 200 * time.Millisecond
+
+// faultHarness runs New on private servers that it can restart, fail over, cut
+// off and make jump in time. Its clients dial whichever server is the master now.
+type faultHarness struct {
+	cfg faultConfig
+
+	mu      sync.Mutex
+	master  *servers.Redis
+	replica *servers.Redis // nil without cfg.replica, or after a failover
+	offset  time.Duration  // the server clock's offset (cfg.clock)
+}
+
+func newFaultHarness(t testing.TB, cfg faultConfig) *faultHarness {
+	h := &faultHarness{cfg: cfg}
+	h.start(t)
+	t.Cleanup(h.close)
+	return h
+}
+
+// start (re)starts the servers: a master, or a master and a replica in sync.
+func (h *faultHarness) start(t testing.TB) {
+	h.close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var err error
+	switch {
+	case h.cfg.replica:
+		h.master, h.replica, err = servers.StartRedisReplicaPair(startCtx(t))
+	case h.cfg.clock:
+		h.master, err = servers.StartRedis(startCtx(t), servers.RedisOptions{AOF: h.cfg.aof, FakeTimeOffset: "+0"})
+	default:
+		h.master, err = servers.StartRedis(startCtx(t), servers.RedisOptions{AOF: h.cfg.aof})
+	}
+	need(t, err)
+}
+
+func (h *faultHarness) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range []*servers.Redis{h.master, h.replica} {
+		if r != nil {
+			r.Close()
+		}
+	}
+	h.master, h.replica = nil, nil
+}
+
+func (h *faultHarness) addr() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.master.Addr()
+}
+
+func (h *faultHarness) options() []redislock.Option {
+	if h.cfg.ack {
+		return []redislock.Option{redislock.WithReplicaAck(1, ackTimeout)}
+	}
+	return nil
+}
+
+// newClient returns a client that dials the current master through dial.
+func (h *faultHarness) newClient(t testing.TB, dial func(ctx context.Context, addr string) (net.Conn, error)) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr: h.addr(),
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dial(ctx, h.addr())
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func dialTCP(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+func (h *faultHarness) NewLocker(t testing.TB) dlock.Locker {
+	return redislock.New(h.newClient(t, dialTCP), h.options()...)
+}
+
+func (h *faultHarness) Capabilities() conformance.Capabilities {
+	c := conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FaultOutcomes: map[conformance.Scenario]conformance.Status{}}
+	if h.cfg.aof == "" {
+		// An empty server comes back: every lock is gone.
+		c.FaultOutcomes[conformance.ServerRestart] = conformance.Violated
+	}
+	if h.cfg.clock {
+		// Redis expires keys by its wall clock.
+		c.FaultOutcomes[conformance.ClockJump] = conformance.Violated
+	}
+	if h.cfg.replica && !h.cfg.ack {
+		// Asynchronous replication: the promoted replica never saw the lock.
+		c.FaultOutcomes[conformance.Failover] = conformance.Violated
+	}
+	return c
+}
+
+// URL is how a child process opens the same backend.
+func (h *faultHarness) URL(t testing.TB) string { return "redis://" + h.addr() }
+
+// RestartServers kills the server (a crash: nothing flushed beyond the AOF policy)
+// and starts it again on the same port, keeping its data directory.
+func (h *faultHarness) RestartServers(t testing.TB) {
+	h.mu.Lock()
+	m := h.master
+	h.mu.Unlock()
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(startCtx(t), true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// JumpClock moves the server's wall clock forward by d.
+func (h *faultHarness) JumpClock(t testing.TB, d time.Duration) {
+	h.mu.Lock()
+	h.offset += d
+	offset, m := h.offset, h.master
+	h.mu.Unlock()
+	if err := m.ShiftClock(startCtx(t), fmt.Sprintf("+%ds", int(offset/time.Second))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PauseReplication makes the replica stop receiving writes, on a fresh pair if the
+// last one was failed over.
+func (h *faultHarness) PauseReplication(t testing.TB) {
+	h.mu.Lock()
+	fresh := h.replica == nil
+	h.mu.Unlock()
+	if fresh {
+		h.start(t)
+	}
+	if err := h.replica.PauseReplication(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Failover kills the master and promotes the replica; clients dial it from now on.
+func (h *faultHarness) Failover(t testing.TB) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.replica.Promote(startCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h.master.Close()
+	h.master, h.replica = h.replica, nil
+}
+
+// NewPartitionedLocker returns a client whose connections go through a proxy that
+// can blackhole them.
+func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
+	p, err := servers.NewProxy(h.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	dial := func(ctx context.Context, _ string) (net.Conn, error) { return dialTCP(ctx, p.Addr()) }
+	return redislock.New(h.newClient(t, dial), h.options()...), p
+}
+
+// The scenario sets: each wrapper exposes only the fault interfaces its servers
+// support, so RunFaults runs exactly those scenarios.
+type (
+	// singleFaults: one server without persistence, under libfaketime.
+	singleFaults struct{ h *faultHarness }
+	// failoverFaults: a master and an asynchronous replica.
+	failoverFaults struct{ h *faultHarness }
+	// restartFaults: one server with appendfsync always.
+	restartFaults struct{ h *faultHarness }
+)
+
+func (s singleFaults) NewLocker(t testing.TB) dlock.Locker     { return s.h.NewLocker(t) }
+func (s singleFaults) Capabilities() conformance.Capabilities  { return s.h.Capabilities() }
+func (s singleFaults) URL(t testing.TB) string                 { return s.h.URL(t) }
+func (s singleFaults) RestartServers(t testing.TB)             { s.h.RestartServers(t) }
+func (s singleFaults) JumpClock(t testing.TB, d time.Duration) { s.h.JumpClock(t, d) }
+func (s singleFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
+	return s.h.NewPartitionedLocker(t)
+}
+
+func (f failoverFaults) NewLocker(t testing.TB) dlock.Locker    { return f.h.NewLocker(t) }
+func (f failoverFaults) Capabilities() conformance.Capabilities { return f.h.Capabilities() }
+func (f failoverFaults) PauseReplication(t testing.TB)          { f.h.PauseReplication(t) }
+func (f failoverFaults) Failover(t testing.TB)                  { f.h.Failover(t) }
+
+func (r restartFaults) NewLocker(t testing.TB) dlock.Locker    { return r.h.NewLocker(t) }
+func (r restartFaults) Capabilities() conformance.Capabilities { return r.h.Capabilities() }
+func (r restartFaults) RestartServers(t testing.TB)            { r.h.RestartServers(t) }
+
+// TestFaults runs the fault scenarios on New. Expected (Capabilities.FaultOutcomes):
+// holder crash, pause with fencing and partition hold; a restart without persistence,
+// a server clock jump and an asynchronous failover violate mutual exclusion; with
+// appendfsync always a restart holds; with WithReplicaAck the failover holds
+// (grants are refused while the replica lags).
+func TestFaults(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		conformance.RunFaults(t, "redis", singleFaults{newFaultHarness(t, faultConfig{clock: true})}, nil)
+	})
+	t.Run("aof-always", func(t *testing.T) {
+		conformance.RunFaults(t, "redis (appendfsync always)", restartFaults{newFaultHarness(t, faultConfig{aof: "always"})}, nil)
+	})
+	t.Run("replica", func(t *testing.T) {
+		conformance.RunFaults(t, "redis (master+replica)", failoverFaults{newFaultHarness(t, faultConfig{replica: true})}, nil)
+	})
+	t.Run("replica-ack", func(t *testing.T) {
+		conformance.RunFaults(t, "redis (master+replica, WithReplicaAck)", failoverFaults{newFaultHarness(t, faultConfig{replica: true, ack: true})}, nil)
+	})
+}
