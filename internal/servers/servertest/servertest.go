@@ -172,7 +172,7 @@ func NewDatabase(t testing.TB, m *servers.MySQL) string {
 		t.Fatalf("mysql: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = m.DropDatabase(ctx, dsn) // the server may be dead by now: best effort
 	})
