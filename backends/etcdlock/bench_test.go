@@ -1,0 +1,114 @@
+package etcdlock_test
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/etcdlock"
+	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+// BenchmarkUncontended alternates one acquire+release cycle of dlock (Acquire, the
+// queueing path, and TryAcquire) with one of concurrency.Mutex (Lock, Unlock) on the
+// same embedded etcd, each on a key of its own, and reports each one's p50 and the
+// ratios. Alternating keeps the comparison fair on a machine whose load drifts.
+func BenchmarkUncontended(b *testing.B) {
+	e := servertest.Etcd(b)
+	prefix := "/dlock-bench-" + randHex(4)
+	dl := etcdlock.New(newClient(b, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer dl.Close()
+	mu := newPeer(b, newClient(b, e.Endpoints()), prefix)
+	ctx := context.Background()
+	acquire := func(l dlock.Locker, k string) func() error {
+		return func() error {
+			ls, err := l.Acquire(ctx, k)
+			if err != nil {
+				return err
+			}
+			return ls.Release(ctx)
+		}
+	}
+	cycles := []struct {
+		name string
+		f    func() error
+	}{
+		{"dlock-acquire", acquire(dl, "u-acquire")},
+		{"dlock-try", func() error { return benchkit.Cycle(ctx, dl, "u-try") }},
+		{"mutex", acquire(mu, "u-mutex")},
+	}
+	samples := make([][]time.Duration, len(cycles))
+	for _, c := range cycles { // warm up: connections, leases
+		if err := c.f(); err != nil {
+			b.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		for i, c := range cycles {
+			t0 := time.Now()
+			if err := c.f(); err != nil {
+				b.Fatalf("%s: %v", c.name, err)
+			}
+			samples[i] = append(samples[i], time.Since(t0))
+		}
+	}
+	p50 := make([]time.Duration, len(cycles))
+	for i, c := range cycles {
+		p50[i] = benchkit.Summarize(samples[i]).P50
+		b.ReportMetric(float64(p50[i].Microseconds()), c.name+"-p50-µs")
+	}
+	b.ReportMetric(float64(p50[0])/float64(p50[2]), "acquire/mutex")
+	b.ReportMetric(float64(p50[1])/float64(p50[2]), "try/mutex")
+}
+
+// BenchmarkContended runs 8 clients (each with its own etcd connection) contending on
+// one key for 3s with dlock, then with concurrency.Mutex, and reports the hand-offs
+// per second of each and their ratio. Run it with -benchtime=1x.
+func BenchmarkContended(b *testing.B) {
+	const clients, d = 8, 3 * time.Second
+	e := servertest.Etcd(b)
+	prefix := "/dlock-bench-" + randHex(4)
+	ctx := context.Background()
+	for b.Loop() {
+		var dls, mus []dlock.Locker
+		for range clients {
+			l := etcdlock.New(newClient(b, e.Endpoints()), etcdlock.WithPrefix(prefix))
+			defer l.Close()
+			dls = append(dls, l)
+			mus = append(mus, newPeer(b, newClient(b, e.Endpoints()), prefix))
+		}
+		cpu0 := cpuTime()
+		dc, err := benchkit.Contend(ctx, dls, "c-dlock-"+randHex(4), d, 0)
+		if err != nil {
+			b.Fatalf("dlock: %v", err)
+		}
+		cpu1 := cpuTime()
+		mc, err := benchkit.Contend(ctx, mus, "c-mutex-"+randHex(4), d, 0)
+		if err != nil {
+			b.Fatalf("mutex: %v", err)
+		}
+		cpu2 := cpuTime()
+		dcpu := (cpu1 - cpu0) / time.Duration(max(dc.Handoffs, 1))
+		mcpu := (cpu2 - cpu1) / time.Duration(max(mc.Handoffs, 1))
+		b.Logf("dlock: %v, %v CPU per hand-off (server and clients)", dc, dcpu)
+		b.Logf("mutex: %v, %v CPU per hand-off (server and clients)", mc, mcpu)
+		b.ReportMetric(float64(dcpu.Microseconds()), "dlock-cpu-µs/handoff")
+		b.ReportMetric(float64(mcpu.Microseconds()), "mutex-cpu-µs/handoff")
+		b.ReportMetric(dc.Rate, "dlock-handoffs/s")
+		b.ReportMetric(mc.Rate, "mutex-handoffs/s")
+		b.ReportMetric(dc.Rate/mc.Rate, "dlock/mutex")
+	}
+}
+
+// cpuTime is the CPU time (user and system) this process has used: the embedded etcd
+// server and every client. Per hand-off it is a measure of work that the machine's
+// load does not blur the way wall-clock rates are.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,160 @@
+// Package etcdlock is the etcd backend of dlock: a lock is a key attached to an
+// etcd lease, and waiters queue by the keys' create revisions.
+//
+// Layout: the lock named key is the set of keys under <prefix>/<escaped key>/, one per
+// contender, each named by its lease ID in hex; the contender whose key has the
+// lowest create revision holds the lock. This is the layout of etcd's own
+// concurrency.Mutex and of `etcdctl lock`, so a dlock Locker, a concurrency.Mutex on
+// the name <prefix>/<escaped key> and `etcdctl lock <prefix>/<escaped key>` exclude
+// each other. The key is escaped with url.PathEscape (a key made of letters, digits,
+// '-', '_', '.' and '~' is unchanged), so that no key's queue lies inside another's.
+//
+// Each grant has its own etcd lease whose TTL is the whole number of seconds above
+// the requested TTL, plus one: the lease lives only as long as the lease holder
+// refreshes it (Refresh, WithAutoRenew), so a holder that vanishes or hangs loses the
+// lock between TTL and ⌈TTL⌉+1s later (plus the server's expiry scan, 500ms). Leases
+// are kept in a per-Locker pool between grants, so an acquire costs one transaction
+// and a release one more, as with concurrency.Mutex. The token is the create revision
+// of the holder's key, which increases with every grant of the name.
+//
+// The scheme "etcd://host1:2379,host2:2379/prefix" opens a Locker on a new client
+// (default prefix /dlock).
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Scheme is the URL scheme this package registers with dlock.Open.
+const Scheme = "etcd"
+
+// DefaultPrefix is the etcd key prefix of the locks when New is given no WithPrefix.
+const DefaultPrefix = "/dlock"
+
+// MinTTL is the shortest TTL a Locker accepts: etcd leases count whole seconds.
+const MinTTL = time.Second
+
+func init() {
+	dlock.Register(Scheme, open)
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	prefix    string
+	ownClient bool
+}
+
+// WithPrefix puts the locks under prefix instead of DefaultPrefix. A trailing slash is
+// ignored; an empty prefix is DefaultPrefix.
+func WithPrefix(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// withOwnClient makes Close close the client too (Lockers opened by URL).
+func withOwnClient() Option { return func(c *config) { c.ownClient = true } }
+
+// Locker is a dlock.Locker on etcd. Besides the dlock.Locker methods it gives the
+// comparison that fences writes into etcd itself (Fence).
+type Locker struct {
+	dlock.Locker
+	d *etcdDriver
+}
+
+// New returns a Locker whose locks live in the etcd cluster cli talks to. The caller
+// keeps cli: Close does not close it. Leases end with dlock.ErrLost when their lock
+// key disappears (revoked lease, key deleted by hand).
+func New(cli *clientv3.Client, opts ...Option) *Locker {
+	c := config{prefix: DefaultPrefix}
+	for _, o := range opts {
+		o(&c)
+	}
+	c.prefix = strings.TrimRight(c.prefix, "/")
+	if c.prefix == "" {
+		c.prefix = DefaultPrefix
+	}
+	d := newDriver(cli, c.prefix, c.ownClient)
+	return &Locker{Locker: dlock.New(d, driver.Info{Name: "etcd", MinTTL: MinTTL}), d: d}
+}
+
+// Fence returns the comparison that is true only while ls still holds its lock: its
+// lock key exists with ls.Token() as its create revision. Put it in the If of an
+// etcd transaction to make a write that a holder who lost the lock (expired, paused,
+// partitioned) cannot make:
+//
+//	cmp, err := locker.Fence(ls)
+//	resp, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(k, v)).Commit()
+//	// resp.Succeeded is false if the lock was no longer ours when etcd applied it.
+//
+// It returns dlock.ErrNotHeld (and no comparison) for a lease this Locker did not
+// grant or has released. It does not consult the server, nor the lease's local
+// validity: a stale holder gets a comparison, and etcd rejects its transaction.
+func (l *Locker) Fence(ls dlock.Lease) (clientv3.Cmp, error) {
+	name, ok := l.d.heldKey(ls.Key(), ls.Token())
+	if !ok {
+		return clientv3.Cmp{}, fmt.Errorf("%w: %q (token %d) is not a lease held through this etcd Locker", dlock.ErrNotHeld, ls.Key(), ls.Token())
+	}
+	return clientv3.Compare(clientv3.CreateRevision(name), "=", int64(ls.Token())), nil
+}
+
+// QueueName is the name concurrency.Mutex and `etcdctl lock` use for the lock named
+// key under prefix: concurrency.NewMutex(session, QueueName(prefix, key)) excludes
+// dlock's holders of key.
+func QueueName(prefix, key string) string {
+	return strings.TrimRight(prefix, "/") + "/" + url.PathEscape(key)
+}
+
+// open is the URL opener: etcd://[user:pass@]host1:2379,host2:2379/prefix.
+func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+	if err := dlock.CheckQuery(u); err != nil {
+		return nil, err
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w: %s:// needs host:port[,host:port...], got %q", dlock.ErrInvalidURL, Scheme, u.Redacted())
+	}
+	var eps []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("%w: empty host in %q", dlock.ErrInvalidURL, u.Redacted())
+		}
+		eps = append(eps, h)
+	}
+	// The client's Context bounds its whole life: it must outlive ctx.
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Context: context.WithoutCancel(ctx), Logger: zap.NewNop()}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: etcd: connect %s: %w", u.Host, err)
+	}
+	if _, err := cli.Status(ctx, eps[0]); err != nil && !anyReachable(ctx, cli, eps[1:]) {
+		cli.Close()
+		return nil, fmt.Errorf("dlock: etcd: %s: %w", u.Host, err)
+	}
+	return New(cli, WithPrefix(u.Path), withOwnClient()), nil
+}
+
+func anyReachable(ctx context.Context, cli *clientv3.Client, eps []string) bool {
+	for _, ep := range eps {
+		if _, err := cli.Status(ctx, ep); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+var errLeaseLost = errors.New("the etcd lease of the queued key ended while waiting")

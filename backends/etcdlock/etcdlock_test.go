@@ -1,0 +1,381 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/etcdlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/peers/etcdpeer"
+)
+
+// newPeer returns etcd's concurrency.Mutex as a dlock.Locker (package etcdpeer) on
+// the lock names etcdlock uses under prefix, for keys that need no escaping.
+func newPeer(t testing.TB, cli *clientv3.Client, prefix string) dlock.Locker {
+	t.Helper()
+	l, err := etcdpeer.New(ctxFor(t, 10*time.Second), cli, etcdpeer.WithPrefix(prefix+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func done(ls dlock.Lease) bool {
+	select {
+	case <-ls.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestMutexInterop: dlock and etcd's concurrency.Mutex exclude each other on the same
+// name, both ways, and a waiter of either kind is woken by the other's release.
+func TestMutexInterop(t *testing.T) {
+	e := servertest.Etcd(t)
+	prefix := "/interop-" + randHex(4)
+	dl := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer dl.Close()
+	mu := newPeer(t, newClient(t, e.Endpoints()), prefix)
+	admin := newClient(t, e.Endpoints())
+	k := "orders-42" // a key url.PathEscape leaves as it is: the peer does not escape
+
+	// dlock holds: the Mutex cannot.
+	ls, err := dl.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mu.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Mutex.TryLock while dlock holds: want ErrNotAcquired, got %v", err)
+	}
+	// A Mutex waiter is granted once dlock releases.
+	got := make(chan error, 1)
+	go func() {
+		ml, err := mu.Acquire(ctxFor(t, 20*time.Second), k)
+		if err == nil {
+			err = ml.Release(ctxFor(t, 10*time.Second))
+		}
+		got <- err
+	}()
+	waitQueued(t, admin, prefix, k, 2)
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Mutex.Lock after dlock's release: %v", err)
+	}
+
+	// The Mutex holds: dlock cannot, and a dlock waiter is granted once it unlocks.
+	ml, err := mu.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dl.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("dlock TryAcquire while the Mutex holds: want ErrNotAcquired, got %v", err)
+	}
+	type result struct {
+		ls  dlock.Lease
+		err error
+	}
+	granted := make(chan result, 1)
+	go func() {
+		ls, err := dl.Acquire(ctxFor(t, 20*time.Second), k)
+		granted <- result{ls, err}
+	}()
+	waitQueued(t, admin, prefix, k, 2)
+	select {
+	case r := <-granted:
+		t.Fatalf("dlock Acquire returned while the Mutex holds: %v", r.err)
+	default:
+	}
+	if err := ml.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-granted
+	if r.err != nil {
+		t.Fatalf("dlock Acquire after the Mutex's unlock: %v", r.err)
+	}
+	if err := r.ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitQueued waits until key's queue holds n keys (a holder and waiters).
+func waitQueued(t testing.TB, admin *clientv3.Client, prefix, key string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := admin.Get(ctxFor(t, 5*time.Second), etcdlock.QueueName(prefix, key)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count >= n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // the store has no signal for "a waiter queued": poll it
+	}
+	t.Fatalf("%q: fewer than %d keys queued after 10s", key, n)
+}
+
+// TestFenceRejectsStaleHolder: a transaction guarded by Fence commits for the holder
+// and is refused, by etcd, for a holder whose lease expired and whose lock was granted
+// again, though that holder still has its Lease in hand.
+func TestFenceRejectsStaleHolder(t *testing.T) {
+	e := servertest.Etcd(t)
+	prefix := "/fence-" + randHex(4)
+	cli := newClient(t, e.Endpoints())
+	a := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer a.Close()
+	b := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer b.Close()
+	k, data := "account/7", prefix+"/data/account/7"
+	write := func(l *etcdlock.Locker, ls dlock.Lease, v string) bool {
+		t.Helper()
+		cmp, err := l.Fence(ls)
+		if err != nil {
+			t.Fatalf("Fence: %v", err)
+		}
+		resp, err := cli.Txn(ctxFor(t, 10*time.Second)).If(cmp).Then(clientv3.OpPut(data, v)).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Succeeded
+	}
+
+	la, err := a.Acquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !write(a, la, "a") {
+		t.Fatal("the holder's fenced write was refused")
+	}
+	// a stops refreshing (a pause, a partition): its lease ends, b is granted.
+	lb, err := b.Acquire(ctxFor(t, 20*time.Second), k, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !done(la) {
+		t.Fatal("b was granted the lock while a's lease had not ended")
+	}
+	if write(a, la, "stale") {
+		t.Fatal("the fenced write of a holder whose lock was granted again was accepted")
+	}
+	if !write(b, lb, "b") {
+		t.Fatal("the new holder's fenced write was refused")
+	}
+	resp, err := cli.Get(ctxFor(t, 10*time.Second), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := string(resp.Kvs[0].Value); v != "b" {
+		t.Fatalf("data = %q, want %q", v, "b")
+	}
+	if _, err := b.Fence(la); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Fence of another Locker's lease: want ErrNotHeld, got %v", err)
+	}
+	if err := lb.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Fence(lb); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Fence after Release: want ErrNotHeld, got %v", err)
+	}
+}
+
+// TestLostBeforeRegrant: a holder whose lease the server ends is told (Done, ErrLost)
+// before another client can be granted the lock: when its link is cut (auto-renewal
+// fails until the local deadline, which comes before the server's expiry), and when
+// its lease is revoked (the watch on its own key reports the loss at once).
+func TestLostBeforeRegrant(t *testing.T) {
+	e := servertest.Etcd(t)
+	prefix := "/lost-" + randHex(4)
+	admin := newClient(t, e.Endpoints())
+	b := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer b.Close()
+
+	t.Run("LinkCut", func(t *testing.T) {
+		p := servertest.Proxy(t, e.Addr())
+		a := etcdlock.New(newClient(t, []string{p.Addr()}), etcdlock.WithPrefix(prefix))
+		defer a.Close()
+		k := "cut"
+		la, err := a.Acquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(2*time.Second), dlock.WithAutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Cut()
+		cut := time.Now()
+		lb, err := b.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatalf("the lock of a cut-off holder was never freed: %v", err)
+		}
+		granted := time.Since(cut)
+		if !done(la) {
+			t.Fatalf("b was granted %v after the cut while a's lease had not ended", granted)
+		}
+		if !errors.Is(la.Err(), dlock.ErrLost) {
+			t.Fatalf("Err of the cut-off auto-renewed lease: want ErrLost, got %v", la.Err())
+		}
+		t.Logf("granted to b %v after the cut (ttl 2s); a ended with %v", granted.Round(time.Millisecond), la.Err())
+		if err := lb.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("LeaseRevoked", func(t *testing.T) {
+		a := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+		defer a.Close()
+		k := "revoked"
+		la, err := a.Acquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := admin.Get(ctxFor(t, 10*time.Second), etcdlock.QueueName(prefix, k)+"/", clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("the holder's key: %v %v", resp, err)
+		}
+		if _, err := admin.Revoke(ctxFor(t, 10*time.Second), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-la.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the holder of a revoked lease was not told within 10s")
+		}
+		if !errors.Is(la.Err(), dlock.ErrLost) {
+			t.Fatalf("Err after the lease was revoked: want ErrLost, got %v", la.Err())
+		}
+		if err := la.Release(ctxFor(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Release after the loss: want ErrNotHeld, got %v", err)
+		}
+	})
+}
+
+// TestLeaderKilledDuringContention: clients contend on one key of a 3-member cluster
+// while its leader is killed. No two holders overlap and no stale token enters the
+// fenced resource; grants resume under the new leader.
+func TestLeaderKilledDuringContention(t *testing.T) {
+	c := servertest.EtcdCluster(t, 3)
+	prefix := "/leader-" + randHex(4)
+	const clients, before, after = 4, 20, 20
+	res := conformance.NewResource(true)
+	var (
+		mu       sync.Mutex
+		grants   int
+		killedAt = -1
+		errs     []string
+	)
+	killed := make(chan struct{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range clients {
+		l := etcdlock.New(newClient(t, c.Endpoints()), etcdlock.WithPrefix(prefix))
+		defer l.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			holder := fmt.Sprintf("client%d", i)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ls, err := l.Acquire(ctxFor(t, 30*time.Second), "k", dlock.WithTTL(10*time.Second))
+				if err != nil { // an election in progress: the request failed, try again
+					mu.Lock()
+					errs = append(errs, err.Error())
+					mu.Unlock()
+					continue
+				}
+				res.Enter(holder, ls.Token())
+				time.Sleep(time.Millisecond) // the critical section's work
+				res.Leave(holder)
+				mu.Lock()
+				grants++
+				if grants == before {
+					close(killed)
+				}
+				if killedAt >= 0 && grants >= killedAt+after {
+					select {
+					case <-stop:
+					default:
+						close(stop)
+					}
+				}
+				mu.Unlock()
+				_ = ls.Release(ctxFor(t, 10*time.Second)) // may fail during the election; the lease then expires
+			}
+		}()
+	}
+	<-killed
+	leader, err := c.KillLeader(ctxFor(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	killedAt = grants
+	mu.Unlock()
+	t.Logf("killed leader %s after %d grants", leader.Name(), killedAt)
+	select {
+	case <-stop:
+	case <-time.After(60 * time.Second):
+		close(stop)
+		t.Errorf("fewer than %d grants in the 60s after the leader was killed", after)
+	}
+	wg.Wait()
+	for _, o := range res.Overlaps() {
+		t.Errorf("double grant: %s", o)
+	}
+	if _, rejected := res.Stats(); rejected > 0 {
+		t.Errorf("%d entries with a stale token", rejected)
+	}
+	n, _ := res.Stats()
+	t.Logf("%d grants, %d failed acquires during the election (e.g. %s)", n, len(errs), strings.Join(errs[:min(1, len(errs))], ""))
+}
+
+// TestOpen: the etcd:// scheme opens a Locker on the listed endpoints under the path's
+// prefix, and rejects what it does not understand.
+func TestOpen(t *testing.T) {
+	e := servertest.Etcd(t)
+	admin := newClient(t, e.Endpoints())
+	prefix := "/open-" + randHex(4)
+	l, err := dlock.Open(ctxFor(t, 10*time.Second), "etcd://"+e.Addr()+","+e.Addr()+prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), "a/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := admin.Get(ctxFor(t, 10*time.Second), prefix+"/a%2Fb/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != int64(ls.Token()) {
+		t.Fatalf("want one key under %s/a%%2Fb/ with create revision %d, got %v (%v)", prefix, ls.Token(), resp, err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"etcd://" + e.Addr() + "/p?ttl=3", "etcd:///p", "etcd://" + e.Addr() + ",/p"} {
+		if l, err := dlock.Open(ctxFor(t, 10*time.Second), bad); !errors.Is(err, dlock.ErrInvalidURL) {
+			if l != nil {
+				l.Close()
+			}
+			t.Errorf("Open(%q): want ErrInvalidURL, got %v", bad, err)
+		}
+	}
+}
