@@ -62,6 +62,18 @@ func (ls *lease) end(reason error) {
 	}
 }
 
+// checkDeadline ends the lease if its validity deadline has passed, so that a
+// holder that looks (Done, Err) never sees a lease as valid past its deadline,
+// however late the deadline timer runs on a busy machine.
+func (ls *lease) checkDeadline() {
+	ls.mu.Lock()
+	past := ls.err == nil && !ls.deadline.IsZero() && !time.Now().Before(ls.deadline)
+	ls.mu.Unlock()
+	if past {
+		ls.expire()
+	}
+}
+
 // expire runs when the local validity deadline passes.
 func (ls *lease) expire() {
 	ls.mu.Lock()

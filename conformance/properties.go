@@ -78,7 +78,7 @@ func (s *suite) deadlockFreedom(t *testing.T, v *verdict) {
 		if !canVanish {
 			t.Skip("session-based backend and the harness has no Vanisher: cannot make a holder vanish")
 		}
-		mustAcquire(t, a, k)
+		la := mustAcquire(t, a, k)
 		vanishedAt := time.Now()
 		vanisher.Vanish(t, a)
 		expectNotAcquired(t, v, b, k, "right after the holder vanished, before its session timed out")
@@ -89,12 +89,15 @@ func (s *suite) deadlockFreedom(t *testing.T, v *verdict) {
 			return
 		}
 		t.Logf("granted %v after the holder vanished (session timeout %v)", time.Since(vanishedAt).Round(time.Millisecond), s.caps.SessionTimeout)
+		if !isDone(la) {
+			v.violated("another client was granted the lock while the vanished holder's lease had not ended (Done open)")
+		}
 		release(t, ls)
 		return
 	}
 	ttl := 3 * s.unit
 	t0 := time.Now()
-	mustAcquire(t, a, k, dlock.WithTTL(ttl))
+	la := mustAcquire(t, a, k, dlock.WithTTL(ttl))
 	if canVanish {
 		vanisher.Vanish(t, a)
 	} // else: the lease is abandoned, neither refreshed nor released
@@ -111,6 +114,9 @@ func (s *suite) deadlockFreedom(t *testing.T, v *verdict) {
 		v.violated("granted again after %v, before the holder's %v TTL ended", granted, ttl)
 	}
 	t.Logf("granted again %v after the vanished holder's acquire (ttl %v)", granted.Round(time.Millisecond), ttl)
+	if !isDone(la) {
+		v.violated("another client was granted the lock while the vanished holder's lease had not ended (Done open)")
+	}
 	release(t, ls)
 }
 
@@ -187,6 +193,11 @@ func (s *suite) expiry(t *testing.T, v *verdict) {
 	la := mustAcquire(t, a, k, dlock.WithTTL(ttl))
 	doneAt := make(chan time.Time, 1)
 	go func() { <-la.Done(); doneAt <- time.Now() }()
+	// At its TTL (counted from before the acquire) the lease must read as ended.
+	sleepUntil(t0.Add(ttl))
+	if err := la.Err(); !errors.Is(err, dlock.ErrExpired) {
+		v.violated("at its ttl %v the lease reads Err %v, want ErrExpired", ttl, err)
+	}
 	lb, err := b.Acquire(ctxFor(t, 3*ttl+10*time.Second), k, dlock.WithTTL(30*time.Second))
 	grantedAt := time.Now()
 	if err != nil {
@@ -199,15 +210,16 @@ func (s *suite) expiry(t *testing.T, v *verdict) {
 			grantedAt.Sub(t0), ttl)
 		return
 	}
-	end := <-doneAt
-	if !errors.Is(la.Err(), dlock.ErrExpired) {
-		v.violated("Err of an expired lease: want ErrExpired, got %v", la.Err())
+	select {
+	case end := <-doneAt:
+		if held := end.Sub(t0); held < ttl/2 {
+			v.violated("the lease ended %v after its acquire, before half its ttl %v", held, ttl)
+		}
+		t.Logf("lease ended %v after acquire, %v before the next grant (ttl %v)",
+			end.Sub(t0).Round(time.Millisecond), grantedAt.Sub(end).Round(time.Millisecond), ttl)
+	case <-time.After(10 * time.Second):
+		v.violated("Done reads as closed but a goroutine waiting on it was not woken")
 	}
-	if held := end.Sub(t0); held < ttl/2 || held > ttl {
-		v.violated("the lease ended %v after its acquire; want within its ttl %v and not before half of it", held, ttl)
-	}
-	t.Logf("lease ended %v after acquire, %v before the next grant (ttl %v)",
-		end.Sub(t0).Round(time.Millisecond), grantedAt.Sub(end).Round(time.Millisecond), ttl)
 }
 
 func (s *suite) refresh(t *testing.T, v *verdict) {
@@ -544,6 +556,15 @@ func (s *suite) doneAndErr(t *testing.T, v *verdict) {
 		la = mustAcquire(t, a, key(t, "done-expiry"), dlock.WithTTL(ttl))
 		if _, ok := waitDone(t, la, ttl+5*time.Second); !ok || !errors.Is(la.Err(), dlock.ErrExpired) {
 			v.violated("a lease past its ttl %v: want Done closed with ErrExpired, got %v", ttl, la.Err())
+		}
+	}
+
+	if vanisher, ok := s.h.(Vanisher); ok && !s.caps.PerLeaseTTL {
+		lost := s.client(t)
+		la = mustAcquire(t, lost, key(t, "done-vanish"))
+		vanisher.Vanish(t, lost)
+		if _, ok := waitDone(t, la, s.caps.SessionTimeout+10*time.Second); !ok || !errors.Is(la.Err(), dlock.ErrLost) {
+			v.violated("a lease whose client vanished (session timeout %v): want Done closed with ErrLost, got %v", s.caps.SessionTimeout, la.Err())
 		}
 	}
 
