@@ -238,14 +238,50 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 }
 
+// pause stops the process group and returns once every thread of the server
+// is really stopped (SIGSTOP is asynchronous: a request sent right after
+// kill(2) could otherwise still be served).
 func (p *proc) pause() error {
 	if err := p.signalGroup(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	p.mu.Lock()
 	p.paused = true
+	pid := p.cmd.Process.Pid
 	p.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for !allThreadsStopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not stopped 5s after SIGSTOP", p.name)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return nil
+}
+
+// allThreadsStopped reports whether every thread of pid is in state T
+// (stopped) or gone.
+func allThreadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return true // gone
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		switch b[i+2] {
+		case 'T', 't', 'Z', 'X':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (p *proc) resume() error {
