@@ -33,8 +33,14 @@ import (
 //   - Loss: a watch on our own key reports its deletion (lease revoked or expired,
 //     key deleted by hand) through driver.Sessioned.
 
-// retryPause is how long a failed watch waits before it is set up again.
-const retryPause = 50 * time.Millisecond
+const (
+	// retryPause is how long a failed watch (or release) waits before trying again.
+	retryPause = 50 * time.Millisecond
+	// lossWatchDelay is how long a lock is held before its key is watched for loss.
+	lossWatchDelay = 50 * time.Millisecond
+	// unlockAttempts bounds the tries of one Unlock (about a second of retries).
+	unlockAttempts = 20
+)
 
 type etcdDriver struct {
 	cli    *clientv3.Client
@@ -298,6 +304,11 @@ func (d *etcdDriver) grant(key, name string, rev, seen int64, ls *lease) *etcdLo
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		// Most locks are held briefly: watch only those still held after a moment.
+		// The watch starts at seen+1, so a delete in that moment is not missed.
+		if pause(lk.watchCtx, lossWatchDelay) != nil {
+			return
+		}
 		kv := &mvccpb.KeyValue{Key: []byte(name), CreateRevision: rev}
 		at, err := d.waitGone(lk.watchCtx, kv, seen+1)
 		if err == nil {
@@ -413,7 +424,16 @@ func (l *etcdLock) Unlock(ctx context.Context) error {
 	if l.released {
 		return l.notHeld()
 	}
-	resp, err := l.d.cli.Txn(ctx).If(l.owned()).Then(clientv3.OpDelete(l.name)).Commit()
+	// The delete is guarded by our create revision, so retrying it is harmless: retry
+	// what an election or a member going away makes fail, while ctx allows.
+	var resp *clientv3.TxnResponse
+	var err error
+	for range unlockAttempts {
+		resp, err = l.d.cli.Txn(ctx).If(l.owned()).Then(clientv3.OpDelete(l.name)).Commit()
+		if err == nil || pause(ctx, retryPause) != nil {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("etcd txn: %w", err)
 	}
