@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"os/signal"
 	"syscall"
@@ -69,10 +70,36 @@ func waitChild(child *exec.Cmd, tty *ttyState) (syscall.WaitStatus, error) {
 			return ws, nil
 		}
 		tty.restore()
-		_ = syscall.Kill(-tty.pgrp, syscall.SIGTSTP) // returns when the shell resumes us (at once if our group is orphaned)
+		tty.stopSelf()
 		_ = tcsetpgrp(tty.fd, pid)
 		_ = syscall.Kill(-pid, syscall.SIGCONT)
 	}
+}
+
+// stopSelf stops dlock's process group as the terminal's Ctrl-Z would, and returns
+// once the shell has continued it. kill returns before the stop takes effect (another
+// thread may take the signal), so it waits for the SIGCONT. An orphaned group (no
+// shell to resume it) is not stopped, as POSIX has the kernel discard its SIGTSTP.
+func (t *ttyState) stopSelf() {
+	ppid := syscall.Getppid()
+	ppgrp, err := syscall.Getpgid(ppid)
+	if err != nil || ppgrp == t.pgrp || getsid(ppid) != getsid(0) {
+		return // orphaned as far as dlock's parent goes
+	}
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	if syscall.Kill(-t.pgrp, syscall.SIGTSTP) == nil {
+		<-cont
+	}
+}
+
+func getsid(pid int) int {
+	sid, _, e := syscall.RawSyscall(syscall.SYS_GETSID, uintptr(pid), 0, 0)
+	if e != 0 {
+		return -1
+	}
+	return int(sid)
 }
 
 func tcgetpgrp(fd int) (int, error) {

@@ -48,8 +48,13 @@ func ioctl(f *os.File, req uintptr, arg unsafe.Pointer) error {
 // shell's foreground job would be, and returns the terminal's output lines.
 func startOnTerminal(t *testing.T, args ...string) (*exec.Cmd, *os.File, <-chan string) {
 	t.Helper()
+	return startSession(t, exec.Command(dlockBin, args...))
+}
+
+// startSession starts cmd as the session leader of a new terminal.
+func startSession(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, *os.File, <-chan string) {
+	t.Helper()
 	master, slave := openPTY(t)
-	cmd := exec.Command(dlockBin, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
@@ -124,5 +129,28 @@ func TestTerminalInterrupt(t *testing.T) {
 	}
 	if len(rest) == 0 || !strings.Contains(strings.Join(rest, "\n"), fmt.Sprintf("got %d", syscall.SIGTERM)) {
 		t.Errorf("no SIGTERM reached the command: %q", rest)
+	}
+}
+
+// TestTerminalStop: Ctrl-Z stops the command and dlock, so that the shell gets the
+// terminal back; fg resumes both and the command reads the terminal again.
+func TestTerminalStop(t *testing.T) {
+	shell, master, out := startSession(t, exec.Command(childBin, "jobshell",
+		dlockBin, "run", "--url", "mem://", "--key", "k", "--", childBin, "read"))
+	expect(t, out, "ready")
+	if _, err := master.Write([]byte{26}); err != nil { // Ctrl-Z
+		t.Fatal(err)
+	}
+	expect(t, out, "shell: stopped")
+	if _, err := master.Write([]byte("fg\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := master.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, out, "read hello")
+	expect(t, out, "shell: exit 0")
+	if code := waitExit(t, shell); code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }

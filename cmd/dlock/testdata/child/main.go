@@ -11,6 +11,11 @@
 //	                        stdin to close
 //	child critical FILE ID  append "enter ID $DLOCK_TOKEN" to FILE, work 25ms, append "leave ID"
 //	child read              print "ready", read a line from stdin, print "read LINE", exit 0
+//	child jobshell CMD...   a job-control shell of one job, for a terminal test: run CMD
+//	                        as the terminal's foreground job; when it stops, print "shell:
+//	                        stopped", take the terminal, read a line (any: it means fg),
+//	                        give the terminal back and continue the job; at its end print
+//	                        "shell: exit N" and exit N
 //
 // It uses only the standard library so that it starts in milliseconds.
 package main
@@ -26,6 +31,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -96,7 +102,52 @@ func run(args []string) int {
 		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 		fmt.Printf("read %s\n", strings.TrimSpace(line))
 		return 0
+	case "jobshell":
+		return jobshell(args[1:])
 	}
 	fmt.Fprintf(os.Stderr, "child: unknown mode %q\n", arg(0))
 	return 2
+}
+
+func jobshell(argv []string) int {
+	job := exec.Command(argv[0], argv[1:]...)
+	job.Stdin, job.Stdout, job.Stderr = os.Stdin, os.Stdout, os.Stderr
+	job.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
+	if err := job.Start(); err != nil {
+		fmt.Println("shell:", err)
+		return 3
+	}
+	signal.Ignore(syscall.SIGTTOU) // as shells do: take the terminal back from the background
+	pid, in := job.Process.Pid, bufio.NewReader(os.Stdin)
+	for {
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil); err == syscall.EINTR {
+			continue
+		} else if err != nil {
+			fmt.Println("shell:", err)
+			return 3
+		}
+		if !ws.Stopped() {
+			code := ws.ExitStatus()
+			if ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+			setForeground(syscall.Getpgrp())
+			fmt.Println("shell: exit", code)
+			return code
+		}
+		setForeground(syscall.Getpgrp())
+		fmt.Println("shell: stopped")
+		in.ReadString('\n')
+		setForeground(pid)
+		syscall.Kill(-pid, syscall.SIGCONT)
+	}
+}
+
+func setForeground(pgrp int) error {
+	p := int32(pgrp)
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p))); e != 0 {
+		return e
+	}
+	return nil
 }
