@@ -7,6 +7,7 @@ import (
 	_ "github.com/dlock-go/dlock/backends/memlock"
 	_ "github.com/dlock-go/dlock/backends/mysqllock"
 	_ "github.com/dlock-go/dlock/backends/redislock"
+	_ "github.com/dlock-go/dlock/backends/redlock"
 	_ "github.com/dlock-go/dlock/backends/zklock"
 
 	"github.com/redis/go-redis/v9/logging"

@@ -74,6 +74,7 @@ URL examples (see docs/ for what each backend guarantees):
   mysql://user:pass@host:3306/db            a row in a table with a unique index
   mysql+getlock://user:pass@host:3306/db    MySQL GET_LOCK (held by the connection)
   zk://host1:2181,host2:2181/root           ZooKeeper ephemeral sequential nodes
+  redlock://h1:6379,h2:6379,h3:6379         Redlock over independent Redis masters
   etcd://host1:2379,host2:2379/prefix       etcd lease + revision queue
 `
 
