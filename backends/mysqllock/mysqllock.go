@@ -72,15 +72,20 @@ func newConfig(opts []Option) (config, error) {
 // quoteIdent quotes a MySQL identifier.
 func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
-// The table: a key's row is kept when its lock is released (owner and expiry become
-// NULL) so that its token keeps counting up. Keys are bytes, compared exactly.
+// The table: a key's row is kept when its lock is released (its expiry becomes
+// freeAt) so that its token keeps counting up. Keys are bytes, compared exactly. Every
+// other column has a fixed size, so that InnoDB updates rows in place.
 const createTable = `CREATE TABLE IF NOT EXISTS %s (
   lock_key   VARBINARY(255) NOT NULL,
-  owner      BINARY(16) NULL,
+  owner      BINARY(16) NOT NULL,
   token      BIGINT UNSIGNED NOT NULL,
-  expires_at DATETIME(6) NULL,
+  expires_at DATETIME(6) NOT NULL,
   PRIMARY KEY (lock_key)
 ) ENGINE=InnoDB`
+
+// freeAt is the expiry of a released lock: the smallest DATETIME, in the past
+// whatever the server's clock says.
+const freeAt = "'1000-01-01 00:00:00'"
 
 // busyFlag marks the LAST_INSERT_ID of an attempt that found the lock held: the
 // low bits are then the holder's remaining time in microseconds. Tokens stay below it
@@ -99,19 +104,27 @@ const busyFlag = 1 << 62
 const acquireSQL = `INSERT INTO %s (lock_key, owner, token, expires_at)
 VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 ON DUPLICATE KEY UPDATE
-  token = IF(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6),
+  token = IF(expires_at <= UTC_TIMESTAMP(6),
              LAST_INSERT_ID(token + 1),
              token + LEAST(0, LAST_INSERT_ID(%d + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)))),
-  owner = IF(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6), ?, owner),
+  owner = IF(expires_at <= UTC_TIMESTAMP(6), ?, owner),
   expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
 
+// takeSQL takes over the key's existing row if it is free, in one statement: the
+// fast path for a key this client has seen free before (it is cheaper for the server
+// than acquireSQL's insert attempt). One affected row means taken; LAST_INSERT_ID is
+// then the new token. Arguments: owner, ttl µs, key.
+const takeSQL = `UPDATE %s SET token = LAST_INSERT_ID(token + 1), owner = ?,
+  expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND expires_at <= UTC_TIMESTAMP(6)`
+
 // releaseSQL frees the lock if it is still ours and not expired. Arguments: key, owner.
-const releaseSQL = `UPDATE %s SET owner = NULL, expires_at = NULL
+const releaseSQL = `UPDATE %s SET expires_at = ` + freeAt + `
 WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 
 // tidySQL frees the lock if it is still ours, expired or not: the clean-up after a
 // failed release or an interrupted acquire. Arguments: key, owner.
-const tidySQL = `UPDATE %s SET owner = NULL, expires_at = NULL WHERE lock_key = ? AND owner = ?`
+const tidySQL = `UPDATE %s SET expires_at = ` + freeAt + ` WHERE lock_key = ? AND owner = ?`
 
 // refreshSQL extends the lock if it is still ours and not expired.
 // Arguments: ttl µs, key, owner.
@@ -170,9 +183,15 @@ type tableDriver struct {
 	prepared *statements
 	closed   bool
 	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
+	// free holds keys whose row this client last saw free or took: their next
+	// attempt tries takeSQL first. A hint only: a wrong one costs a round trip.
+	free map[string]struct{}
 }
 
-type statements struct{ acquire, release, tidy, refresh *sql.Stmt }
+// maxHints bounds tableDriver.free; past it the hints start over.
+const maxHints = 4096
+
+type statements struct{ acquire, take, release, tidy, refresh *sql.Stmt }
 
 // stmts prepares the statements on first use (the table may not exist before);
 // a failure is returned and tried again next time.
@@ -196,6 +215,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 		}
 	}
 	prep(&s.acquire, fmt.Sprintf(acquireSQL, t, busyFlag))
+	prep(&s.take, fmt.Sprintf(takeSQL, t))
 	prep(&s.release, fmt.Sprintf(releaseSQL, t))
 	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
 	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
@@ -208,7 +228,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 }
 
 func (s *statements) close() {
-	for _, st := range []*sql.Stmt{s.acquire, s.release, s.tidy, s.refresh} {
+	for _, st := range []*sql.Stmt{s.acquire, s.take, s.release, s.tidy, s.refresh} {
 		if st != nil {
 			st.Close()
 		}
@@ -231,7 +251,27 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
 	}
 	us := micros(ttl)
+	if d.hinted(key) {
+		res, err := s.take.ExecContext(ctx, lk.owner[:], us, lk.key)
+		if ok, err := affected(res, err); err != nil || ok {
+			return lk.granted(ctx, res, err)
+		}
+		// Held, or the row is gone: acquireSQL tells which.
+	}
 	res, err := s.acquire.ExecContext(ctx, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
+	if err == nil {
+		var id int64
+		if id, err = res.LastInsertId(); err == nil && id&busyFlag != 0 {
+			d.hint(key, false)
+			return nil, driver.Busy(time.Duration(id&^busyFlag) * time.Microsecond)
+		}
+	}
+	return lk.granted(ctx, res, err)
+}
+
+// granted finishes a statement that took the lock unless it failed: the token is
+// its LAST_INSERT_ID.
+func (l *tableLock) granted(ctx context.Context, res sql.Result, err error) (driver.Lock, error) {
 	var id int64
 	if err == nil {
 		id, err = res.LastInsertId()
@@ -244,19 +284,38 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 		if ctx.Err() != nil {
 			// The statement may have run on the server after the client gave up:
 			// free what it may have taken.
-			lk.tidyUp()
+			l.tidyUp()
 		}
 		return nil, fmt.Errorf("mysqllock: acquire: %w", err)
 	}
-	if id&busyFlag != 0 {
-		return nil, driver.Busy(time.Duration(id&^busyFlag) * time.Microsecond)
-	}
-	if id <= 0 {
-		lk.tidyUp()
+	if id <= 0 || id&busyFlag != 0 {
+		l.tidyUp()
 		return nil, fmt.Errorf("mysqllock: acquire: the server returned token %d (is the statement's LAST_INSERT_ID reported?)", id)
 	}
-	lk.token = uint64(id)
-	return lk, nil
+	l.token = uint64(id)
+	l.d.hint(string(l.key), true)
+	return l, nil
+}
+
+func (d *tableDriver) hinted(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.free[key]
+	return ok
+}
+
+// hint records whether key's row was last seen free (or taken by this client).
+func (d *tableDriver) hint(key string, free bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case !free:
+		delete(d.free, key)
+	case d.free == nil || len(d.free) >= maxHints:
+		d.free = map[string]struct{}{key: {}}
+	default:
+		d.free[key] = struct{}{}
+	}
 }
 
 func (d *tableDriver) Close() error {
