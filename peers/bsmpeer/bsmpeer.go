@@ -10,10 +10,10 @@
 // with the bounds of dlock.DefaultRetry. Release is Lock.Release and Refresh is
 // Lock.Refresh, both owner-checked by the lock's random token.
 //
-// What redislock does not give, and the adapter does not add: fencing (Token is 0),
-// a validity (Obtain reports none, so Done closes at the TTL counted from the start
-// of the Obtain call, which is never later than the expiry in Redis but does not
-// allow for clock drift), and wake-ups on release (waiters poll). When ctx has no
+// What redislock does not give: fencing (Token is 0), wake-ups on release (waiters
+// poll), and a validity: Obtain and Refresh report none, so the adapter estimates it
+// as dlock's own backends do, the TTL counted from the start of the call less
+// driver.DefaultDrift (1% + 2ms); Done closes then. When ctx has no
 // deadline, redislock itself bounds Obtain to the TTL: Acquire then gives up after
 // one TTL with ErrNotAcquired.
 package bsmpeer
@@ -28,6 +28,7 @@ import (
 	"github.com/bsm/redislock"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/peers/internal/peerlease"
 )
 
@@ -76,16 +77,21 @@ func (l *locker) obtain(ctx context.Context, key string, opts []dlock.Option, wa
 	case err != nil:
 		return nil, l.set.Failed(key, err)
 	}
-	return l.set.Grant(key, 0, t0.Add(o.TTL), o, peerlease.Hooks{
+	return l.set.Grant(key, 0, validity(t0, o.TTL), o, peerlease.Hooks{
 		Release: func(ctx context.Context) error { return notHeld(lk.Release(ctx)) },
 		Refresh: func(ctx context.Context, ttl time.Duration) (time.Time, error) {
 			t0 := time.Now()
 			if err := notHeld(lk.Refresh(ctx, ttl, nil)); err != nil {
 				return time.Time{}, err
 			}
-			return t0.Add(ttl), nil
+			return validity(t0, ttl), nil
 		},
 	})
+}
+
+// validity is the adapter's estimate of when a lock set at t0 for ttl may be gone.
+func validity(t0 time.Time, ttl time.Duration) time.Time {
+	return t0.Add(ttl - driver.DefaultDrift(ttl))
 }
 
 // notHeld maps redislock's "not ours" errors to dlock.ErrNotHeld.

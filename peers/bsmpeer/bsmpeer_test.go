@@ -26,11 +26,9 @@ func (h harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 // Capabilities: owner-checked release and refresh by a random token, a per-lock TTL,
-// no fencing. Expiry is weak: redislock reports no validity, so the lease ends at
-// exactly its TTL with no allowance for drift, later than the suite accepts.
+// no fencing.
 func (h harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true,
-		Weaknesses: []conformance.Property{conformance.Expiry}}
+	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true}
 }
 
 func (h harness) DeleteKey(t testing.TB, key string) {

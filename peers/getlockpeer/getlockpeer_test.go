@@ -55,12 +55,13 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 // Capabilities: locks last as long as their connection. Weak: a cut connection frees
-// its lock at once, while its client, told nothing, goes on (DeadlockFreedom's "not
-// before the session ends"); lock names end at the first NUL (KeyIsolation: "k\x00"
+// its lock at once, while its client, told nothing, goes on (DeadlockFreedom: freed
+// before the holder's lease ended; DoneAndErr: Done stays open); lock names end at the first NUL (KeyIsolation: "k\x00"
 // is "k") and are limited to 64 characters (InputValidation).
 func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{
-		Weaknesses: []conformance.Property{conformance.DeadlockFreedom, conformance.KeyIsolation, conformance.InputValidation}}
+		Weaknesses: []conformance.Property{conformance.DeadlockFreedom, conformance.KeyIsolation,
+			conformance.InputValidation, conformance.DoneAndErr}}
 }
 
 // Vanish cuts the client's connections, as a crash or a network cut does.

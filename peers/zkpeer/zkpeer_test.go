@@ -42,11 +42,15 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 // Capabilities: locks last as long as the session, no fencing exposed. Weak, as the
-// library is: a cancelled wait stays queued until it gets the lock (Cancellation),
-// and keys are ZooKeeper paths taken as given (InputValidation, KeyIsolation).
+// library is: a client cut off from ZooKeeper hears of its session's expiry only when
+// it reconnects, so its lease stays open after the server freed the lock for another
+// (DeadlockFreedom, DoneAndErr); a cancelled wait stays queued until it gets the lock
+// (Cancellation); keys are ZooKeeper paths taken as given (InputValidation,
+// KeyIsolation).
 func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{SessionTimeout: sessionTimeout,
-		Weaknesses: []conformance.Property{conformance.Cancellation, conformance.KeyIsolation, conformance.InputValidation}}
+		Weaknesses: []conformance.Property{conformance.DeadlockFreedom, conformance.Cancellation,
+			conformance.KeyIsolation, conformance.InputValidation, conformance.DoneAndErr}}
 }
 
 // Vanish cuts the client's link: its session expires on the server while the

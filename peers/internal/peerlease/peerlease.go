@@ -188,13 +188,32 @@ func (ls *Lease) Token() uint64 { return ls.token }
 
 // Done is closed when the lease ended: released, closed, past the validity the
 // library reported, or lost as the library reported.
-func (ls *Lease) Done() <-chan struct{} { return ls.done }
+func (ls *Lease) Done() <-chan struct{} {
+	ls.checkValidity()
+	return ls.done
+}
 
 // Err is nil while the lease is held, then says why Done closed.
 func (ls *Lease) Err() error {
+	ls.checkValidity()
+	return ls.reason()
+}
+
+func (ls *Lease) reason() error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	return ls.err
+}
+
+// checkValidity ends the lease if its validity has passed, so that a holder that
+// looks never sees it valid past the validity, however late the timer runs.
+func (ls *Lease) checkValidity() {
+	ls.mu.Lock()
+	past := ls.err == nil && !ls.until.IsZero() && !time.Now().Before(ls.until)
+	ls.mu.Unlock()
+	if past {
+		ls.expire()
+	}
 }
 
 func (ls *Lease) end(reason error) {
