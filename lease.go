@@ -32,8 +32,13 @@ type lease struct {
 
 func (ls *lease) Key() string           { return ls.key }
 func (ls *lease) Token() uint64         { return ls.token }
-func (ls *lease) Done() <-chan struct{} { return ls.done }
-func (ls *lease) Err() error            { ls.mu.Lock(); defer ls.mu.Unlock(); return ls.err }
+func (ls *lease) Done() <-chan struct{} { ls.checkDeadline(); return ls.done }
+func (ls *lease) Err() error {
+	ls.checkDeadline()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.err
+}
 func (ls *lease) String() string {
 	return fmt.Sprintf("lease(%s %q token %d)", ls.l.info.Name, ls.key, ls.token)
 }

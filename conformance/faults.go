@@ -122,7 +122,9 @@ func (c Capabilities) expected(s Scenario) Status {
 // fails the subtest.
 func RunFaults(t *testing.T, backend string, h Harness, r *Report) {
 	caps := h.Capabilities()
-	f := &faults{h: h, caps: caps, backend: backend, trials: Trials(), report: r}
+	own := &Report{Trials: Trials()}
+	saveAtEnd(t, "faults", backend, own)
+	f := &faults{h: h, caps: caps, backend: backend, trials: Trials(), report: r, own: own}
 	type run struct {
 		s  Scenario
 		ok bool
@@ -179,9 +181,11 @@ type faults struct {
 	backend string
 	trials  int
 	report  *Report
+	own     *Report // saved to $DLOCK_REPORT_DIR
 }
 
 func (f *faults) add(c Cell) {
+	f.own.Add(c)
 	if f.report != nil {
 		f.report.Add(c)
 	}

@@ -19,7 +19,9 @@ import (
 // under -race. Subtests run one after another; each makes its own clients and keys.
 func Run(t *testing.T, h Harness) {
 	caps := h.Capabilities()
-	s := &suite{h: h, caps: caps, unit: max(caps.MinTTL, 100*time.Millisecond)}
+	s := &suite{h: h, caps: caps, unit: max(caps.MinTTL, 100*time.Millisecond),
+		backend: backendName(t, h), report: &Report{Trials: 1}}
+	saveAtEnd(t, "conformance", s.backend, s.report)
 
 	// Start whatever the harness starts lazily before taking the goroutine snapshot.
 	warm := h.NewLocker(t)
@@ -54,9 +56,11 @@ func Run(t *testing.T, h Harness) {
 }
 
 type suite struct {
-	h    Harness
-	caps Capabilities
-	unit time.Duration // the shortest TTL the suite uses
+	h       Harness
+	caps    Capabilities
+	unit    time.Duration // the shortest TTL the suite uses
+	backend string
+	report  *Report
 }
 
 // verdict collects violations of the property under test. Anything else that goes
@@ -81,6 +85,8 @@ func (v *verdict) list() []string {
 func (s *suite) property(t *testing.T, p Property, check func(*testing.T, *verdict)) {
 	t.Run(string(p), func(t *testing.T) {
 		v := &verdict{}
+		var evidence []string
+		defer func() { s.report.Add(propertyCell(s.backend, p, s.caps.Weak(p), t, evidence)) }()
 		check(t, v)
 		if t.Skipped() || t.Failed() {
 			return
@@ -104,6 +110,7 @@ func (s *suite) property(t *testing.T, p Property, check func(*testing.T, *verdi
 			t.Errorf("%s is declared a weakness of this backend, but the violation did not reproduce: "+
 				"the backend or its documentation changed", p)
 		case weak:
+			evidence = seen
 			t.Logf("declared weakness reproduced (%d violations), e.g.: %s", len(seen), seen[0])
 		case len(seen) > 0:
 			t.Errorf("%s violated:\n  %s", p, strings.Join(seen, "\n  "))

@@ -24,6 +24,8 @@ func (h harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
 }
 
+func (h harness) Name() string { return "mem" }
+
 func (h harness) DeleteKey(t testing.TB, key string) {
 	if !h.store.Delete(key) {
 		t.Fatalf("Delete(%q): no live lock to delete", key)
