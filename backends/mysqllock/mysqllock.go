@@ -135,8 +135,9 @@ WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 // one given with WithTable), created by Migrate or, with WithMigrate, on first use.
 //
 // Acquire inserts the key's row, or takes over a row that is free or expired by the
-// database server's clock, in one statement; Release and Refresh are one statement
-// each and check the owner. Tokens count up per key in the key's row, so they survive
+// database server's clock, in one statement (two when this client's note that the key
+// was free has gone stale); Release and Refresh are one statement each and check the
+// owner. Tokens count up per key in the key's row, so they survive
 // server restarts; the rows are never deleted (deleting one by hand restarts its key's
 // tokens at 1). Waiters poll with the retry strategy, each wait cut to the holder's
 // remaining time as the server sees it.
@@ -198,6 +199,9 @@ type statements struct{ acquire, take, release, tidy, refresh *sql.Stmt }
 func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		return nil, dlock.ErrClosed
+	}
 	if d.prepared != nil {
 		return d.prepared, nil
 	}
