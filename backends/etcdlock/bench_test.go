@@ -12,11 +12,14 @@ import (
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
-// BenchmarkUncontended alternates one acquire+release cycle of dlock (Acquire, the
-// queueing path, and TryAcquire) with one of concurrency.Mutex (Lock, Unlock) on the
-// same embedded etcd, each on a key of its own, and reports each one's p50 and the
-// ratios. Alternating keeps the comparison fair on a machine whose load drifts.
+// BenchmarkUncontended alternates acquire+release cycles of dlock (Acquire, the
+// queueing path, and TryAcquire) with cycles of etcd's concurrency.Mutex (package
+// etcdpeer: Lock, Unlock) on the same embedded etcd, each on a key of its own, and
+// reports each one's p50 and the ratios. Alternating keeps the comparison fair on a
+// machine whose load drifts. One iteration is rounds cycles of each; run it with
+// -benchtime=1x.
 func BenchmarkUncontended(b *testing.B) {
+	const rounds = 300
 	e := servertest.Etcd(b)
 	prefix := "/dlock-bench-" + randHex(4)
 	dl := etcdlock.New(newClient(b, e.Endpoints()), etcdlock.WithPrefix(prefix))
@@ -40,34 +43,34 @@ func BenchmarkUncontended(b *testing.B) {
 		{"dlock-try", func() error { return benchkit.Cycle(ctx, dl, "u-try") }},
 		{"mutex", acquire(mu, "u-mutex")},
 	}
-	samples := make([][]time.Duration, len(cycles))
-	for _, c := range cycles { // warm up: connections, leases
-		if err := c.f(); err != nil {
-			b.Fatalf("%s: %v", c.name, err)
-		}
-	}
-	b.ResetTimer()
 	for b.Loop() {
-		for i, c := range cycles {
-			t0 := time.Now()
-			if err := c.f(); err != nil {
-				b.Fatalf("%s: %v", c.name, err)
+		samples := make([][]time.Duration, len(cycles))
+		for r := range rounds + 1 {
+			for i, c := range cycles {
+				t0 := time.Now()
+				if err := c.f(); err != nil {
+					b.Fatalf("%s: %v", c.name, err)
+				}
+				if r > 0 { // round 0 warms up connections and leases
+					samples[i] = append(samples[i], time.Since(t0))
+				}
 			}
-			samples[i] = append(samples[i], time.Since(t0))
 		}
+		lat := make([]benchkit.Latency, len(cycles))
+		for i, c := range cycles {
+			lat[i] = benchkit.Summarize(samples[i])
+			b.Logf("%s: p50 %v p99 %v", c.name, lat[i].P50, lat[i].P99)
+			b.ReportMetric(float64(lat[i].P50.Microseconds()), c.name+"-p50-µs")
+		}
+		b.ReportMetric(float64(lat[0].P50)/float64(lat[2].P50), "acquire/mutex")
+		b.ReportMetric(float64(lat[1].P50)/float64(lat[2].P50), "try/mutex")
 	}
-	p50 := make([]time.Duration, len(cycles))
-	for i, c := range cycles {
-		p50[i] = benchkit.Summarize(samples[i]).P50
-		b.ReportMetric(float64(p50[i].Microseconds()), c.name+"-p50-µs")
-	}
-	b.ReportMetric(float64(p50[0])/float64(p50[2]), "acquire/mutex")
-	b.ReportMetric(float64(p50[1])/float64(p50[2]), "try/mutex")
 }
 
 // BenchmarkContended runs 8 clients (each with its own etcd connection) contending on
-// one key for 3s with dlock, then with concurrency.Mutex, and reports the hand-offs
-// per second of each and their ratio. Run it with -benchtime=1x.
+// one key for 3s with dlock, then with concurrency.Mutex (package etcdpeer), and
+// reports the hand-offs per second of each, their ratio, and the CPU time the process
+// spent per hand-off. Run it with -benchtime=1x.
 func BenchmarkContended(b *testing.B) {
 	const clients, d = 8, 3 * time.Second
 	e := servertest.Etcd(b)

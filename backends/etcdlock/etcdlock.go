@@ -42,7 +42,9 @@ const Scheme = "etcd"
 // DefaultPrefix is the etcd key prefix of the locks when New is given no WithPrefix.
 const DefaultPrefix = "/dlock"
 
-// MinTTL is the shortest TTL a Locker accepts: etcd leases count whole seconds.
+// MinTTL is the shortest TTL a Locker accepts. etcd leases count whole seconds (and
+// the server has a minimum, 2s by default), so the server keeps a lock up to ⌈TTL⌉+1s
+// after its last renewal; the local validity follows the TTL asked for.
 const MinTTL = time.Second
 
 func init() {

@@ -295,7 +295,7 @@ func TestLeaderKilledDuringContention(t *testing.T) {
 					return
 				default:
 				}
-				ls, err := l.Acquire(ctxFor(t, 30*time.Second), "k", dlock.WithTTL(10*time.Second))
+				ls, err := l.Acquire(ctxFor(t, 30*time.Second), "k", dlock.WithTTL(5*time.Second))
 				if err != nil { // an election in progress: the request failed, try again
 					mu.Lock()
 					errs = append(errs, err.Error())
