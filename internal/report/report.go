@@ -1,0 +1,271 @@
+// Package report merges what `dlock compare` measures — the conformance and fault
+// cells that conformance.Run and conformance.RunFaults save as JSON, and the speed
+// numbers of the benchmarks — into one Report, and renders it as JSON, Markdown, a
+// plain-text summary for a terminal, and a self-contained HTML page with inline SVG
+// charts (no scripts, styles or fonts fetched from anywhere).
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/dlock-go/dlock/conformance"
+)
+
+// Report is everything one `dlock compare` run found.
+type Report struct {
+	Date    string `json:"date"`    // when the run started (RFC 3339)
+	Machine string `json:"machine"` // OS/arch, CPUs, CPU model, Go version
+	Command string `json:"command"` // how to reproduce the run
+	Trials  int    `json:"trials"`  // trials per fault scenario
+	// Cells: backend × scenario × property outcomes. Conformance cells have scenario
+	// "Conformance"; fault cells name their scenario and the property MutualExclusion.
+	Cells []conformance.Cell `json:"cells"`
+	Speed *Speed             `json:"speed,omitempty"`
+	// Failures: tests that failed while the report was made (surprises included),
+	// e.g. "backends/redislock: TestFaults/single/ClockJump".
+	Failures []string `json:"failures,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+}
+
+// Speed is the benchmark part of a report. Only ratios within one report mean
+// something: absolute numbers depend on the machine and its load.
+type Speed struct {
+	// Columns and Rows form the speed table (one row per backend, values rendered).
+	Columns []string   `json:"columns"`
+	Rows    []SpeedRow `json:"rows"`
+	// Latency: the uncontended acquire+release latency of each backend.
+	Latency []Latency `json:"latency,omitempty"`
+	// Handoffs: contended hand-offs per second of each backend.
+	Handoffs []Rate `json:"handoffs,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+}
+
+// SpeedRow is one backend's row of the speed table.
+type SpeedRow struct {
+	Backend string   `json:"backend"`
+	Values  []string `json:"values"`
+}
+
+// Latency summarizes one backend's latency distribution.
+type Latency struct {
+	Backend string        `json:"backend"`
+	N       int           `json:"n"`
+	P50     time.Duration `json:"p50_ns"`
+	P90     time.Duration `json:"p90_ns,omitempty"`
+	P99     time.Duration `json:"p99_ns"`
+	Max     time.Duration `json:"max_ns"`
+	Mean    time.Duration `json:"mean_ns,omitempty"`
+}
+
+// Rate is one backend's throughput in one setting.
+type Rate struct {
+	Backend   string  `json:"backend"`
+	Clients   int     `json:"clients,omitempty"`
+	PerSecond float64 `json:"per_second"`
+}
+
+// Read returns the report at path (a report.json written by WriteFiles).
+func Read(path string) (*Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("report: %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// CellFiles returns the JSON cell files in dir (conformance-*.json and faults-*.json,
+// as conformance writes them into $DLOCK_REPORT_DIR), sorted.
+func CellFiles(dir string) ([]string, error) {
+	var files []string
+	for _, pat := range []string{"conformance-*.json", "faults-*.json"} {
+		m, err := filepath.Glob(filepath.Join(dir, pat))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, m...)
+	}
+	slices.Sort(files)
+	return files, nil
+}
+
+// ReadCells reads one cell file: a conformance.Report in JSON.
+func ReadCells(path string) ([]conformance.Cell, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Cells []conformance.Cell `json:"cells"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("report: %s is not a conformance cell file: %w", path, err)
+	}
+	return r.Cells, nil
+}
+
+// FromDir builds a report from a directory without running anything: its
+// report.json if there is one, else its cell files (and speed.json, a Speed, if
+// present). It fails when the directory holds neither.
+func FromDir(dir string) (*Report, error) {
+	if r, err := Read(filepath.Join(dir, "report.json")); err == nil {
+		return r, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	files, err := CellFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{}
+	for _, f := range files {
+		cells, err := ReadCells(f)
+		if err != nil {
+			return nil, err
+		}
+		r.Cells = append(r.Cells, cells...)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "speed.json")); err == nil {
+		r.Speed = &Speed{}
+		if err := json.Unmarshal(data, r.Speed); err != nil {
+			return nil, fmt.Errorf("report: %s: %w", filepath.Join(dir, "speed.json"), err)
+		}
+	}
+	if len(r.Cells) == 0 && r.Speed == nil {
+		return nil, fmt.Errorf("report: %s has no report.json, no conformance-*.json or faults-*.json cell files and no speed.json", dir)
+	}
+	return r, nil
+}
+
+// JSON returns r as indented JSON.
+func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }
+
+// WriteFiles writes report.json, report.md and report.html into dir (created if
+// missing) and returns their paths.
+func (r *Report) WriteFiles(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	js, err := r.JSON()
+	if err != nil {
+		return nil, err
+	}
+	html, err := r.HTML()
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for name, data := range map[string][]byte{"report.json": js, "report.md": []byte(r.Markdown()), "report.html": html} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	return paths, nil
+}
+
+// Surprises returns the cells whose outcome differs from what the backend declares.
+func (r *Report) Surprises() []conformance.Cell {
+	var out []conformance.Cell
+	for _, c := range r.Cells {
+		if c.Surprise() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// matrix is one table of cells: rows are backends, columns properties or scenarios.
+type matrix struct {
+	Title    string
+	Rows     []string
+	Cols     []string
+	Cell     map[[2]string]conformance.Cell
+}
+
+// matrices splits the cells into the conformance matrix (backend × property) and
+// the fault matrix (backend × scenario), each in the suite's order.
+func (r *Report) matrices() []matrix {
+	conf := matrix{Title: "Conformance (backend × property)", Cell: map[[2]string]conformance.Cell{}}
+	faults := matrix{Title: "Faults (backend × scenario: mutual exclusion under the fault)", Cell: map[[2]string]conformance.Cell{}}
+	for _, c := range r.Cells {
+		m, col := &faults, c.Scenario
+		if c.Scenario == "Conformance" {
+			m, col = &conf, c.Property
+		}
+		if !slices.Contains(m.Rows, c.Backend) {
+			m.Rows = append(m.Rows, c.Backend)
+		}
+		if !slices.Contains(m.Cols, col) {
+			m.Cols = append(m.Cols, col)
+		}
+		m.Cell[[2]string{c.Backend, col}] = c
+	}
+	order := func(cols []string, known []string) {
+		slices.SortStableFunc(cols, func(a, b string) int {
+			ia, ib := slices.Index(known, a), slices.Index(known, b)
+			if ia < 0 {
+				ia = len(known)
+			}
+			if ib < 0 {
+				ib = len(known)
+			}
+			return ia - ib
+		})
+	}
+	var props, scen []string
+	for _, p := range conformance.Properties {
+		props = append(props, string(p))
+	}
+	for _, s := range conformance.Scenarios {
+		scen = append(scen, string(s))
+	}
+	order(conf.Cols, props)
+	order(faults.Cols, scen)
+	var out []matrix
+	for _, m := range []matrix{conf, faults} {
+		if len(m.Rows) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// kind classifies a cell for rendering.
+func kind(c conformance.Cell, ok bool) string {
+	switch {
+	case !ok:
+		return "none"
+	case c.Surprise():
+		return "surprise"
+	case c.Status == conformance.Held:
+		return "held"
+	case c.Status == conformance.Violated:
+		return "weak"
+	case c.Status == conformance.Unavailable:
+		return "unavailable"
+	case c.Status == conformance.NotApplicable:
+		return "na"
+	}
+	return "surprise" // e.g. "failed": the subtest broke
+}
+
+// legend explains the kinds.
+var legend = []struct{ Kind, Text string }{
+	{"held", "held in every trial, as declared"},
+	{"weak", "violated, as the backend declares (a known weakness, reproduced)"},
+	{"unavailable", "the lock service did not answer (as declared)"},
+	{"surprise", "differs from the declaration: the test failed"},
+	{"na", "not applicable / not run"},
+}

@@ -1,0 +1,200 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-go/dlock/conformance"
+)
+
+// Markdown renders the report: the header (date, machine, command), the guarantee
+// matrices, the speed table, the evidence of every violation and the failures.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	b.WriteString("# dlock comparison report\n\n")
+	r.header(&b, "- ")
+	for _, m := range r.matrices() {
+		fmt.Fprintf(&b, "\n## %s\n\n", m.Title)
+		fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(m.Cols, " | "), strings.Repeat("---|", len(m.Cols)))
+		for _, row := range m.Rows {
+			fmt.Fprintf(&b, "| %s |", row)
+			for _, col := range m.Cols {
+				c, ok := m.Cell[[2]string{row, col}]
+				fmt.Fprintf(&b, " %s |", mdCell(c, ok))
+			}
+			b.WriteString("\n")
+		}
+	}
+	if len(r.Cells) > 0 {
+		b.WriteString("\nLegend: ✅ held (every trial) · ⚠️ violated, a declared weakness reproduced · " +
+			"⏸ unavailable · ❌ differs from the declaration (a test failed) · – not applicable.\n")
+	}
+	if r.Speed != nil {
+		b.WriteString("\n## Speed\n\n")
+		fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(r.Speed.Columns, " | "), strings.Repeat("---|", len(r.Speed.Columns)))
+		for _, row := range r.Speed.Rows {
+			fmt.Fprintf(&b, "| %s | %s |\n", row.Backend, strings.Join(row.Values, " | "))
+		}
+		for _, n := range r.Speed.Notes {
+			fmt.Fprintf(&b, "\n%s\n", n)
+		}
+	}
+	if ev := r.evidence(); len(ev) > 0 {
+		b.WriteString("\n## Evidence and notes\n\n")
+		for _, e := range ev {
+			fmt.Fprintf(&b, "- %s\n", e)
+		}
+	}
+	if len(r.Failures) > 0 {
+		b.WriteString("\n## Failed tests\n\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(&b, "- %s\n", f)
+		}
+	}
+	return b.String()
+}
+
+func (r *Report) header(b *strings.Builder, bullet string) {
+	if r.Date != "" {
+		fmt.Fprintf(b, "%sDate: %s\n", bullet, r.Date)
+	}
+	if r.Machine != "" {
+		fmt.Fprintf(b, "%sMachine: %s\n", bullet, r.Machine)
+	}
+	if r.Command != "" {
+		fmt.Fprintf(b, "%sCommand: `%s`\n", bullet, r.Command)
+	}
+	if r.Trials > 0 {
+		fmt.Fprintf(b, "%sTrials per fault scenario: %d\n", bullet, r.Trials)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(b, "%s%s\n", bullet, n)
+	}
+}
+
+func mdCell(c conformance.Cell, ok bool) string {
+	counts := ""
+	if ok && c.Trials > 1 {
+		counts = fmt.Sprintf(" %d/%d", c.Violations, c.Trials)
+	}
+	switch kind(c, ok) {
+	case "none", "na":
+		return "–"
+	case "held":
+		if ok && c.Trials > 1 {
+			return fmt.Sprintf("✅ %d/%d", c.Trials, c.Trials)
+		}
+		return "✅"
+	case "weak":
+		return "⚠️ violated" + counts
+	case "unavailable":
+		return "⏸ unavailable" + unavailableFor(c)
+	}
+	return fmt.Sprintf("❌ %s%s (declared: %s)", c.Status, counts, c.Expected)
+}
+
+func unavailableFor(c conformance.Cell) string {
+	if c.Unavailable > 0 {
+		return " " + c.Unavailable.Round(time.Millisecond).String()
+	}
+	return ""
+}
+
+// evidence lists, for every cell with evidence, what was seen.
+func (r *Report) evidence() []string {
+	var out []string
+	for _, c := range r.Cells {
+		if len(c.Evidence) == 0 {
+			continue
+		}
+		line := fmt.Sprintf("**%s, %s / %s** (%s): %s", c.Backend, c.Scenario, c.Property, c.ShortStatus(), strings.Join(c.Evidence, "; "))
+		if c.Margin != 0 {
+			line += fmt.Sprintf(" (smallest margin %v)", c.Margin)
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// abbrev shortens property and scenario names for a terminal's width.
+var abbrev = map[string]string{
+	"MutualExclusion": "MutEx", "DeadlockFreedom": "Deadlk", "OwnerOnlyRelease": "Owner",
+	"Expiry": "Expiry", "Refresh": "Refrsh", "TryAcquire": "TryAcq", "Cancellation": "Cancel",
+	"FencingMonotonic": "Fence", "KeyIsolation": "KeyIso", "InputValidation": "Input",
+	"Close": "Close", "ConcurrentUse": "Concur", "DoneAndErr": "DoneEr", "NoGoroutineLeaks": "Leaks",
+	"HolderCrash": "Crash", "HolderPause": "Pause", "HolderPauseFenced": "PauseF",
+	"ServerRestart": "Restart", "Failover": "Failovr", "Partition": "Partit",
+	"QuorumLoss": "Quorum", "LeaderKill": "Leader", "ClockJump": "Clock",
+}
+
+func short(s string) string {
+	if a, ok := abbrev[s]; ok {
+		return a
+	}
+	if len(s) > 7 {
+		return s[:7]
+	}
+	return s
+}
+
+// WriteSummary prints the matrices and the speed table for a terminal: one line per
+// backend, a symbol per cell (ok held, weak = declared weakness reproduced, n/a,
+// and !! for a surprise), then the legend and the surprises spelled out.
+func (r *Report) WriteSummary(w io.Writer) {
+	for _, m := range r.matrices() {
+		fmt.Fprintf(w, "\n%s\n", m.Title)
+		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+		fmt.Fprint(tw, "backend")
+		for _, col := range m.Cols {
+			fmt.Fprintf(tw, "\t%s", short(col))
+		}
+		fmt.Fprintln(tw, "\t")
+		for _, row := range m.Rows {
+			fmt.Fprint(tw, row)
+			for _, col := range m.Cols {
+				c, ok := m.Cell[[2]string{row, col}]
+				fmt.Fprintf(tw, "\t%s", textCell(c, ok))
+			}
+			fmt.Fprintln(tw, "\t")
+		}
+		tw.Flush()
+	}
+	if len(r.Cells) > 0 {
+		fmt.Fprintln(w, "\nok = held in every trial · weak k/n = a declared weakness, reproduced · down = unavailable · - = not applicable · !! = not what the backend declares")
+	}
+	if r.Speed != nil && len(r.Speed.Rows) > 0 {
+		fmt.Fprintln(w, "\nSpeed")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "backend\t%s\t\n", strings.Join(r.Speed.Columns, "\t"))
+		for _, row := range r.Speed.Rows {
+			fmt.Fprintf(tw, "%s\t%s\t\n", row.Backend, strings.Join(row.Values, "\t"))
+		}
+		tw.Flush()
+	}
+	for _, c := range r.Surprises() {
+		fmt.Fprintf(w, "!! %s, %s / %s: %s, declared %s; %s\n", c.Backend, c.Scenario, c.Property, c.Status, c.Expected, strings.Join(c.Evidence, "; "))
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "FAILED %s\n", f)
+	}
+}
+
+func textCell(c conformance.Cell, ok bool) string {
+	switch kind(c, ok) {
+	case "none", "na":
+		return "-"
+	case "held":
+		return "ok"
+	case "weak":
+		if c.Trials > 1 {
+			return fmt.Sprintf("weak %d/%d", c.Violations, c.Trials)
+		}
+		return "weak"
+	case "unavailable":
+		return "down"
+	}
+	return "!!" + string(c.Status)
+}
