@@ -42,7 +42,7 @@ type Speed struct {
 	// Latency: the uncontended acquire+release latency of each backend.
 	Latency []Latency `json:"latency,omitempty"`
 	// Handoffs: contended hand-offs per second of each backend.
-	Handoffs []Rate `json:"handoffs,omitempty"`
+	Handoffs []Rate   `json:"handoffs,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
 }
 
@@ -188,10 +188,10 @@ func (r *Report) Surprises() []conformance.Cell {
 
 // matrix is one table of cells: rows are backends, columns properties or scenarios.
 type matrix struct {
-	Title    string
-	Rows     []string
-	Cols     []string
-	Cell     map[[2]string]conformance.Cell
+	Title string
+	Rows  []string
+	Cols  []string
+	Cell  map[[2]string]conformance.Cell
 }
 
 // matrices splits the cells into the conformance matrix (backend × property) and
