@@ -198,6 +198,9 @@ var errValidityElapsed = errors.New("validity elapsed before the grant arrived")
 func (l *locker) grant(ctx context.Context, a *attempt, t0 time.Time, lk driver.Lock) (*lease, error) {
 	ls := &lease{l: l, key: a.key, lk: lk, token: lk.Token(), ttl: a.ttl, obs: a.opts.Observer,
 		granted: time.Now(), done: make(chan struct{})}
+	if vf, ok := lk.(driver.ValidFrom); ok && vf.ValidFrom().After(t0) {
+		t0 = vf.ValidFrom() // both bound the store's TTL; the later one is the tighter
+	}
 	if !l.info.SessionTTL {
 		ls.deadline = t0.Add(a.ttl - l.info.Drift(a.ttl))
 		if !ls.granted.Before(ls.deadline) {

@@ -84,6 +84,16 @@ type Sessioned interface {
 	Cause() error
 }
 
+// ValidFrom is implemented by a Lock whose TTL did not start with the request that
+// granted it — a waiter whose lease was kept alive in a queue (etcd). ValidFrom is a
+// moment, read on this process's clock before the request that last set the TTL
+// the store will honour for this lock; the local validity deadline is then
+// ValidFrom + TTL − Drift(TTL) when that is later than counting from before the
+// request (both bound the store's TTL from below, so the later one is used).
+type ValidFrom interface {
+	ValidFrom() time.Time
+}
+
 // Info describes a backend to the shared Locker.
 type Info struct {
 	// Name is the backend's name in errors and events, e.g. "redis".

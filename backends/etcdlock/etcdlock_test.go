@@ -379,3 +379,49 @@ func TestOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitLongerThanTTL: a waiter queued for several times its TTL (its lease kept
+// alive while it waits) is granted a lease valid for its whole TTL from the grant,
+// not one that expired while it waited.
+func TestWaitLongerThanTTL(t *testing.T) {
+	e := servertest.Etcd(t)
+	prefix := "/longwait-" + randHex(4)
+	a := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer a.Close()
+	b := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer b.Close()
+	admin := newClient(t, e.Endpoints())
+	const ttl = 2 * time.Second
+	// The holder renews every ttl/3; under -race on a loaded machine a renewal of an
+	// embedded etcd can take hundreds of ms, so the TTL is not the minimum.
+	held, err := a.TryAcquire(ctxFor(t, 10*time.Second), "k", dlock.WithTTL(ttl), dlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var lb dlock.Lease
+	go func() {
+		var err error
+		lb, err = b.Acquire(ctxFor(t, 30*time.Second), "k", dlock.WithTTL(ttl))
+		got <- err
+	}()
+	waitQueued(t, admin, prefix, "k", 2)
+	time.Sleep(3 * ttl) // the waiter waits three of its TTLs
+	if err := held.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("a waiter queued for 3 TTLs was not granted: %v", err)
+	}
+	grantedAt := time.Now()
+	if done(lb) {
+		t.Fatalf("the waiter's lease ended at once: %v", lb.Err())
+	}
+	<-lb.Done()
+	if held := time.Since(grantedAt); held < ttl/2 {
+		t.Errorf("the waiter's lease lasted %v after the grant, want about its ttl %v", held, ttl)
+	}
+	if !errors.Is(lb.Err(), dlock.ErrExpired) {
+		t.Errorf("Err = %v, want ErrExpired", lb.Err())
+	}
+}

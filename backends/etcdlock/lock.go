@@ -349,6 +349,22 @@ type etcdLock struct {
 
 func (l *etcdLock) Token() uint64 { return uint64(l.rev) }
 
+// ValidFrom is when the lease behind the lock was last renewed (read before the
+// request): a waiter's lease is kept alive while it queues, so its TTL runs from
+// its last renewal, not from when Acquire began. The pool hands out leases that
+// last at least the lock's TTL from then.
+func (l *etcdLock) ValidFrom() time.Time {
+	l.mu.Lock()
+	ls := l.lease
+	l.mu.Unlock()
+	if ls == nil {
+		return time.Time{}
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.renewed
+}
+
 // Lost and Cause implement driver.Sessioned.
 func (l *etcdLock) Lost() <-chan struct{} { return l.lost }
 
