@@ -1,0 +1,105 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/redlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+// TestMain turns the binary into a lock holder when the fault suite starts it as one,
+// stops every server the tests started, and then checks that no goroutine is left.
+func TestMain(m *testing.M) {
+	conformance.ChildMain()
+	code := m.Run()
+	servers.Shutdown()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left running:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+const (
+	masters      = 5
+	startTimeout = 2 * time.Minute
+)
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// privateMasters starts n independent masters for t alone; the first one's wall
+// clock can be shifted (ShiftClock) when clock is set.
+func privateMasters(t testing.TB, n int, clock bool) []*servers.Redis {
+	if !clock {
+		return servertest.RedisMasters(t, n)
+	}
+	first := servertest.NewRedis(t, servers.RedisOptions{FakeTimeOffset: "+0"})
+	return append([]*servers.Redis{first}, servertest.RedisMasters(t, n-1)...)
+}
+
+func addrs(rs []*servers.Redis) []string {
+	a := make([]string, len(rs))
+	for i, r := range rs {
+		a[i] = r.Addr()
+	}
+	return a
+}
+
+// clients returns one go-redis client per master, closed when t ends.
+func clients(t testing.TB, rs []*servers.Redis) []redis.UniversalClient {
+	cs := make([]redis.UniversalClient, len(rs))
+	for i, r := range rs {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return cs
+}
+
+// newLocker returns a Locker over rs with its own clients.
+func newLocker(t testing.TB, rs []*servers.Redis, opts ...redlock.Option) dlock.Locker {
+	l := redlock.New(clients(t, rs), opts...)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// url is the redlock:// URL of rs.
+func url(rs []*servers.Redis) string {
+	return redlock.Scheme + "://" + strings.Join(addrs(rs), ",")
+}
+
+// holders counts the masters whose key holds a value, and returns the values.
+func holders(t testing.TB, rs []*servers.Redis, key string) (n int, values []string) {
+	t.Helper()
+	for _, r := range rs {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
+		v, err := c.Get(ctxFor(t, 5*time.Second), key).Result()
+		c.Close()
+		switch err {
+		case nil:
+			n++
+			values = append(values, v)
+		case redis.Nil:
+		default:
+			values = append(values, "error: "+err.Error())
+		}
+	}
+	return n, values
+}
