@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/peers/bsmpeer"
+	"github.com/dlock-go/dlock/peers/internal/peertest"
 )
 
 func TestMain(m *testing.M) { servertest.Main(m) }
@@ -41,4 +42,8 @@ func (h harness) DeleteKey(t testing.TB, key string) {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, harness{servertest.Redis(t)})
+}
+
+func TestOpen(t *testing.T) {
+	peertest.CheckOpen(t, "peer+bsm://"+servertest.Redis(t).Addr())
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/peers/etcdpeer"
+	"github.com/dlock-go/dlock/peers/internal/peertest"
 )
 
 func TestMain(m *testing.M) { servertest.Main(m) }
@@ -110,4 +111,8 @@ func TestOneSessionGrantsTwice(t *testing.T) {
 	if _, err := b.TryAcquire(ctx, k); err != nil {
 		t.Fatalf("after the first lease's Release another session should get the key (the second lease shared it): %v", err)
 	}
+}
+
+func TestOpen(t *testing.T) {
+	peertest.CheckOpen(t, "peer+etcd://"+servertest.Etcd(t).Addr()+"/peertest?session_ttl=2")
 }

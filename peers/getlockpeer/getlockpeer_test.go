@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"io"
 	"log"
+	"net/url"
 	"sync"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/peers/getlockpeer"
+	"github.com/dlock-go/dlock/peers/internal/peertest"
 )
 
 func TestMain(m *testing.M) {
@@ -74,4 +76,12 @@ func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
+}
+
+func TestOpen(t *testing.T) {
+	cfg, err := mysql.ParseDSN(servertest.MySQL(t).DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peertest.CheckOpen(t, "peer+getlock://"+url.UserPassword(cfg.User, cfg.Passwd).String()+"@"+cfg.Addr+"/")
 }

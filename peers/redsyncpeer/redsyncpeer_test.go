@@ -2,6 +2,7 @@ package redsyncpeer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/peers/internal/peertest"
 	"github.com/dlock-go/dlock/peers/redsyncpeer"
 )
 
@@ -30,9 +32,10 @@ func (h harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 // Capabilities: owner-checked release and extend by a random value, a per-lock TTL,
-// no fencing.
+// no fencing. The suite's TTLs start at 300ms: redsync gives each master 5% of the TTL
+// to answer (15ms at 300ms), and shorter budgets fail on a loaded -race machine.
 func (h harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true}
+	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: 300 * time.Millisecond}
 }
 
 // DeleteKey deletes the lock on every master, as an operator (or a failover) would.
@@ -53,4 +56,13 @@ func TestConformance(t *testing.T) {
 	t.Run("5masters", func(t *testing.T) {
 		conformance.Run(t, harness{servertest.RedisMasters(t, 5)})
 	})
+}
+
+func TestOpen(t *testing.T) {
+	masters := servertest.RedisMasters(t, 3)
+	addrs := make([]string, len(masters))
+	for i, m := range masters {
+		addrs[i] = m.Addr()
+	}
+	peertest.CheckOpen(t, "peer+redsync://"+strings.Join(addrs, ","))
 }

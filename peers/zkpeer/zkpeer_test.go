@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/peers/internal/peertest"
 	"github.com/dlock-go/dlock/peers/zkpeer"
 )
 
@@ -66,4 +67,8 @@ func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
+}
+
+func TestOpen(t *testing.T) {
+	peertest.CheckOpen(t, "peer+zk://"+servertest.ZooKeeper(t).Addr()+"/peertest?session_timeout=2s")
 }
