@@ -132,6 +132,9 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 		}
 		a.contended = true
 		if !wait {
+			if errors.Is(err, errValidityElapsed) {
+				return nil, err
+			}
 			return nil, fmt.Errorf("%w: %q is held (%s)", ErrNotAcquired, a.key, l.info.Name)
 		}
 		if ctx.Err() != nil {

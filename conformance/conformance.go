@@ -69,7 +69,7 @@ type Capabilities struct {
 	// Refresh: Lease.Refresh extends the TTL. Without it, Refresh must return
 	// errors.ErrUnsupported.
 	Refresh bool
-	// MinTTL: the shortest TTL the suite may use (it uses at least 100ms).
+	// MinTTL: the shortest TTL the suite may use (it uses at least 250ms).
 	MinTTL time.Duration
 	// Weaknesses: properties the backend is known not to guarantee. For each, the
 	// suite demands that the violation reproduces.
