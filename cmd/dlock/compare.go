@@ -110,21 +110,22 @@ func compareFlags(fs *flag.FlagSet) {
 type target struct {
 	Name  string // what --backends calls it; also the label of its cells
 	Pkg   string // the package, relative to the module root
-	Group string // "backends" or "peers"
+	Group string   // "backends" or "peers"
+	Bench []string // its targets in internal/bench
 }
 
 var targets = []target{
-	{"mem", "./backends/memlock", "backends"},
-	{"redis", "./backends/redislock", "backends"},
-	{"redlock", "./backends/redlock", "backends"},
-	{"mysql", "./backends/mysqllock", "backends"},
-	{"zk", "./backends/zklock", "backends"},
-	{"etcd", "./backends/etcdlock", "backends"},
-	{"peer+bsm", "./peers/bsmpeer", "peers"},
-	{"peer+redsync", "./peers/redsyncpeer", "peers"},
-	{"peer+etcd", "./peers/etcdpeer", "peers"},
-	{"peer+zk", "./peers/zkpeer", "peers"},
-	{"peer+getlock", "./peers/getlockpeer", "peers"},
+	{"mem", "./backends/memlock", "backends", []string{"mem"}},
+	{"redis", "./backends/redislock", "backends", []string{"redis", "redis+setnx/getset", "redis+setnx/expire"}},
+	{"redlock", "./backends/redlock", "backends", []string{"redlock(5)"}},
+	{"mysql", "./backends/mysqllock", "backends", []string{"mysql", "mysql+getlock"}},
+	{"zk", "./backends/zklock", "backends", []string{"zk"}},
+	{"etcd", "./backends/etcdlock", "backends", []string{"etcd"}},
+	{"peer+bsm", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}},
+	{"peer+redsync", "./peers/redsyncpeer", "peers", []string{"redsync", "redsync(5)"}},
+	{"peer+etcd", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}},
+	{"peer+zk", "./peers/zkpeer", "peers", []string{"zk.Lock"}},
+	{"peer+getlock", "./peers/getlockpeer", "peers", []string{"mysql GET_LOCK"}},
 }
 
 // Scenario names of --scenarios besides the fault scenarios.
@@ -205,7 +206,7 @@ func compareCommand(fs *flag.FlagSet) int {
 		}
 	}
 	if slices.Contains(scen, scenarioBench) && ctx.Err() == nil {
-		speed, err := runBench(ctx, chosen, c.duration, prog)
+		speed, err := runBench(ctx, chosen, c.duration, c.trials, prog)
 		if err != nil {
 			r.Failures = append(r.Failures, "benchmarks: "+err.Error())
 		}
@@ -250,11 +251,11 @@ func boolInt(b bool) int {
 func chooseTargets(list string) ([]target, error) {
 	var out []target
 	add := func(t target) {
-		if !slices.Contains(out, t) {
+		if !slices.ContainsFunc(out, func(o target) bool { return o.Name == t.Name }) {
 			out = append(out, t)
 		}
 	}
-	for _, name := range splitList(list) {
+	for _, name := range commaList(list) {
 		found := false
 		for _, t := range targets {
 			if name == "all" || name == t.Group || name == t.Name {
@@ -274,7 +275,8 @@ func chooseTargets(list string) ([]target, error) {
 		return nil, fmt.Errorf("no backend chosen")
 	}
 	// Run in the table's order, whatever the order of the list.
-	slices.SortStableFunc(out, func(a, b target) int { return slices.Index(targets, a) - slices.Index(targets, b) })
+	index := func(t target) int { return slices.IndexFunc(targets, func(o target) bool { return o.Name == t.Name }) }
+	slices.SortStableFunc(out, func(a, b target) int { return index(a) - index(b) })
 	return out, nil
 }
 
@@ -291,7 +293,7 @@ func allScenarios() []string {
 func chooseScenarios(list string) ([]string, error) {
 	known := allScenarios()
 	var out []string
-	for _, name := range splitList(list) {
+	for _, name := range commaList(list) {
 		if name == "all" {
 			out = append(out, known...)
 			continue
@@ -309,7 +311,7 @@ func chooseScenarios(list string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-func splitList(s string) []string {
+func commaList(s string) []string {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f != "" {
