@@ -9,6 +9,6 @@ import (
 )
 
 // runBench runs the benchmarks of the chosen backends in this process.
-func runBench(ctx context.Context, chosen []target, d time.Duration, prog *progress) (*report.Speed, error) {
+func runBench(ctx context.Context, chosen []target, d time.Duration, trials int, prog *progress) (*report.Speed, error) {
 	return nil, errors.New("the benchmarks (internal/bench) are not part of this build yet")
 }
