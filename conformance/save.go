@@ -18,11 +18,14 @@ type Namer interface {
 // merge into one report.
 const ReportDirEnv = "DLOCK_REPORT_DIR"
 
+// backendName is the harness's Name, else "<test binary's package>/<test name>",
+// e.g. "redislock/TestConformanceCluster".
 func backendName(t *testing.T, h Harness) string {
 	if n, ok := h.(Namer); ok {
 		return n.Name()
 	}
-	return t.Name()
+	pkg := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+	return pkg + "/" + t.Name()
 }
 
 // saveAtEnd writes r into $DLOCK_REPORT_DIR when t ends, if the variable is set.
