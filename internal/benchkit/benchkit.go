@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,71 @@ func Cycle(ctx context.Context, l dlock.Locker, key string, opts ...dlock.Option
 		return fmt.Errorf("release: %w", err)
 	}
 	return nil
+}
+
+// AcquireCycle acquires key on l with Acquire, the blocking form (the key should be
+// free, so it is one attempt or, for queueing backends, one pass through the queue),
+// and releases it.
+func AcquireCycle(ctx context.Context, l dlock.Locker, key string, opts ...dlock.Option) error {
+	ls, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// Interleave runs warmup+rounds rounds; each round calls every f once, in order, and
+// times it. It returns one Latency per f over the rounds after the warm-up. Running
+// the contenders in turn gives each the same machine and server conditions, which on
+// a shared machine drift far more than the differences being measured. It stops at
+// the first error, naming the index of the f that failed.
+func Interleave(warmup, rounds int, fs ...func() error) ([]Latency, error) {
+	samples := make([][]time.Duration, len(fs))
+	for i := range samples {
+		samples[i] = make([]time.Duration, 0, rounds)
+	}
+	summarize := func() []Latency {
+		out := make([]Latency, len(fs))
+		for i, s := range samples {
+			out[i] = Summarize(s)
+		}
+		return out
+	}
+	for r := range warmup + rounds {
+		for i, f := range fs {
+			t0 := time.Now()
+			if err := f(); err != nil {
+				return summarize(), fmt.Errorf("contender %d, round %d: %w", i, r, err)
+			}
+			if r >= warmup {
+				samples[i] = append(samples[i], time.Since(t0))
+			}
+		}
+	}
+	return summarize(), nil
+}
+
+// Allocs runs f n times and returns the heap allocations and bytes allocated per call.
+// The counts are the whole process's (runtime.MemStats): whatever else runs meanwhile
+// — a client library's background goroutines, a server embedded in the process —
+// is counted too, so compare them with a baseline measured the same way.
+func Allocs(n int, f func() error) (allocs, bytes float64, err error) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	done := 0
+	for ; done < n; done++ {
+		if err = f(); err != nil {
+			break
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if done == 0 {
+		return 0, 0, err
+	}
+	return float64(after.Mallocs-before.Mallocs) / float64(done), float64(after.TotalAlloc-before.TotalAlloc) / float64(done), err
 }
 
 // Uncontended measures n acquire+release cycles of one client on one key.

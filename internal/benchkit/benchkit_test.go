@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,4 +50,57 @@ func TestContendOnMemlock(t *testing.T) {
 		t.Fatalf("ManyKeys: %+v %v", tp, err)
 	}
 	t.Log(c, "|", tp)
+}
+
+func TestInterleave(t *testing.T) {
+	calls := make([]int, 3)
+	mk := func(i int, d time.Duration) func() error {
+		return func() error { calls[i]++; time.Sleep(d); return nil }
+	}
+	lat, err := Interleave(2, 10, mk(0, 0), mk(1, 2*time.Millisecond), mk(2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range calls {
+		if n != 12 || lat[i].N != 10 {
+			t.Fatalf("contender %d: %d calls, %d samples; want 12 calls (2 warm-up), 10 samples", i, n, lat[i].N)
+		}
+	}
+	if lat[1].P50 < 2*time.Millisecond || lat[0].P50 >= 2*time.Millisecond {
+		t.Fatalf("samples not attributed to their contender: %v", lat)
+	}
+	boom := errors.New("boom")
+	if _, err := Interleave(0, 5, mk(0, 0), func() error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("error not returned: %v", err)
+	}
+}
+
+var sink []*[64]byte
+
+func TestAllocs(t *testing.T) {
+	allocs, bytes, err := Allocs(1000, func() error {
+		sink = append(sink[:0], new([64]byte), new([64]byte))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two allocations of 64 bytes per call, give or take the runtime's own.
+	if allocs < 2 || allocs > 2.5 || bytes < 128 || bytes > 200 {
+		t.Fatalf("Allocs = %.2f allocs, %.0f bytes per call; want about 2 and 128", allocs, bytes)
+	}
+}
+
+func TestAcquireCycle(t *testing.T) {
+	l := memlock.New()
+	defer l.Close()
+	ctx := context.Background()
+	if err := AcquireCycle(ctx, l, "k"); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := l.Acquire(ctx, "k") // free again: the cycle released it
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.Release(ctx)
 }

@@ -1,0 +1,460 @@
+// Package bench measures every dlock backend and every peer (the lock libraries
+// people use today, package peers) in one process, against one set of real servers
+// started by internal/servers: one Redis, five independent Redis masters, MariaDB,
+// ZooKeeper and an embedded etcd. It is what `dlock bench` prints and what
+// `go test -bench . ./internal/bench` runs.
+//
+// For each target it measures (package benchkit holds the measurements):
+//   - uncontended acquire+release p50/p99, interleaved round by round with the raw
+//     round trips of its store (SET NX PX + DEL, INSERT + DELETE, …), and the ratio;
+//   - contended hand-offs per second with Config.Clients clients on one key, the
+//     longest and mean wait and Jain's fairness index over the clients;
+//   - many-keys throughput, Config.ManyClients clients cycling over Config.Keys keys;
+//   - the time another client waits for the lock after its holder vanished (its
+//     links cut through servers.Proxy, never released), with the TTL or session
+//     timeout that frees it;
+//   - heap allocations per acquire+release cycle (whole-process counts: the embedded
+//     etcd server's allocations are in etcd's numbers; compare with the raw row).
+//
+// Absolute times depend on the machine and its load; only ratios from one run mean
+// anything, and on a shared machine even they move by several percent between runs.
+// Nothing here asserts a speed.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock/internal/benchkit"
+)
+
+// Measurement names one of the measurements, for Config.Skip.
+type Measurement string
+
+// The measurements, in the order Run makes them.
+const (
+	MUncontended Measurement = "uncontended"
+	MContended   Measurement = "contended"
+	MManyKeys    Measurement = "manykeys"
+	MCrash       Measurement = "crash"
+	MAllocs      Measurement = "allocs"
+)
+
+// Measurements lists every Measurement.
+var Measurements = []Measurement{MUncontended, MContended, MManyKeys, MCrash, MAllocs}
+
+// Config says what Run measures and for how long. Zero fields take the defaults
+// (DefaultConfig).
+type Config struct {
+	// Targets selects targets by name ("redis", "bsm/redislock") or by store with an
+	// "@" ("@redis5"); empty selects all. An entry that selects nothing is an error.
+	Targets []string
+	// Skip leaves measurements out.
+	Skip []Measurement
+	// Duration is the length of each contended and many-keys measurement.
+	Duration time.Duration
+	// Clients is the number of clients contending for one key.
+	Clients int
+	// ManyClients and Keys size the many-keys measurement.
+	ManyClients, Keys int
+	// Rounds of the uncontended measurement (one cycle of each contender per round),
+	// after Warmup rounds that are not counted.
+	Rounds, Warmup int
+	// AllocCycles is the number of cycles the allocation count is averaged over.
+	AllocCycles int
+	// CrashTrials is the number of vanished holders per target; CrashTimeout is their
+	// lease TTL or session timeout.
+	CrashTrials  int
+	CrashTimeout time.Duration
+	// TTL is the lease TTL (session timeout) of every other measurement.
+	TTL time.Duration
+}
+
+// DefaultConfig is the configuration of `dlock bench` without flags.
+var DefaultConfig = Config{
+	Duration: 3 * time.Second, Clients: 8, ManyClients: 64, Keys: 1000,
+	Rounds: 300, Warmup: 20, AllocCycles: 200,
+	CrashTrials: 3, CrashTimeout: 2 * time.Second, TTL: 10 * time.Second,
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig
+	set := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setD(&c.Duration, d.Duration)
+	set(&c.Clients, d.Clients)
+	set(&c.ManyClients, d.ManyClients)
+	set(&c.Keys, d.Keys)
+	set(&c.Rounds, d.Rounds)
+	if c.Warmup < 0 {
+		c.Warmup = 0
+	} else if c.Warmup == 0 {
+		c.Warmup = d.Warmup
+	}
+	set(&c.AllocCycles, d.AllocCycles)
+	set(&c.CrashTrials, d.CrashTrials)
+	setD(&c.CrashTimeout, d.CrashTimeout)
+	setD(&c.TTL, d.TTL)
+	return c
+}
+
+func (c Config) skips(m Measurement) bool { return slices.Contains(c.Skip, m) }
+
+// Select returns the targets cfg.Targets names, in report order, or an error naming
+// an entry that selects nothing.
+func Select(names []string) ([]Target, error) {
+	all := Targets()
+	if len(names) == 0 {
+		return all, nil
+	}
+	picked := map[string]bool{}
+	for _, n := range names {
+		found := false
+		for _, t := range all {
+			if t.Name == n || "@"+string(t.Store) == n {
+				picked[t.Name], found = true, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("bench: no target %q (targets: %s; stores: %s)", n, strings.Join(targetNames(all), ", "), strings.Join(storeNames(all), ", "))
+		}
+	}
+	var out []Target
+	for _, t := range all {
+		if picked[t.Name] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func targetNames(ts []Target) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+func storeNames(ts []Target) []string {
+	var out []string
+	for _, t := range ts {
+		if s := "@" + string(t.Store); !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Results is the outcome of one Run.
+type Results struct {
+	Started time.Time
+	Elapsed time.Duration
+	Machine Machine
+	Config  Config
+	// Command, when the caller sets it, is printed as the way to reproduce the run.
+	Command string `json:",omitempty"`
+	// Rows holds one row per target, and one per raw baseline (Kind Raw) before the
+	// targets it is compared with.
+	Rows   []Row
+	Checks []Check
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs       int
+	CPU        string
+	GoVersion  string
+	OS, Arch   string
+	LoadBefore string // /proc/loadavg when the run started
+	LoadAfter  string // and when it ended
+}
+
+// Row is the measurements of one target (or raw baseline). A measurement that was
+// skipped, not applicable, or failed is nil; failures are in Errors.
+type Row struct {
+	Name     string
+	Kind     Kind
+	Store    Store
+	Baseline string `json:",omitempty"`
+
+	Uncontended *benchkit.Latency    `json:",omitempty"`
+	RawRatio    float64              `json:",omitempty"` // Uncontended p50 / the baseline's p50
+	Contended   *benchkit.Contention `json:",omitempty"`
+	ManyKeys    *benchkit.Throughput `json:",omitempty"`
+	Crash       *Crash               `json:",omitempty"`
+	Allocs      *Allocs              `json:",omitempty"`
+
+	// Skipped says why nothing was measured (a server that could not be started).
+	Skipped string   `json:",omitempty"`
+	Errors  []string `json:",omitempty"`
+}
+
+// Crash is the outcome of the vanished-holder measurement.
+type Crash struct {
+	Timeout string          // what frees the lock: "TTL 2s", "session timeout 2s", …
+	Trials  []time.Duration // time from the cut to the waiter's grant, per trial
+	P50     time.Duration
+	Max     time.Duration
+}
+
+// Allocs is the heap allocation count per acquire+release cycle.
+type Allocs struct {
+	PerCycle      float64
+	BytesPerCycle float64
+}
+
+// Row returns the row named name, or nil.
+func (r *Results) Row(name string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Name == name {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+// JSON returns the results as indented JSON (durations in nanoseconds).
+func (r *Results) JSON() ([]byte, error) {
+	return json.MarshalIndent(r, "", "  ")
+}
+
+// Run starts the servers the selected targets need, measures every target and
+// returns the results. progress, if not nil, receives a line per step. A target whose
+// server cannot be started is reported as skipped (Row.Skipped), and a measurement
+// that fails is recorded in its row (Row.Errors); neither stops the run. Run returns
+// an error for a bad Config, and ctx's error (with the results so far) when ctx ends.
+//
+// Run uses the process-wide shared servers of package servers (and the addresses in
+// its environment variables); the caller stops them with servers.Shutdown. It turns
+// the MySQL driver's logging off for the whole process. The five
+// Redis masters and the MySQL database Run creates are removed before it returns.
+func Run(ctx context.Context, cfg Config, progress func(string)) (*Results, error) {
+	cfg = cfg.withDefaults()
+	targets, err := Select(cfg.Targets)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range cfg.Skip {
+		if !slices.Contains(Measurements, m) {
+			return nil, fmt.Errorf("bench: no measurement %q (measurements: %v)", m, Measurements)
+		}
+	}
+	if progress == nil {
+		progress = func(string) {}
+	}
+	// The crash measurement breaks connections on purpose: the MySQL driver would log
+	// every one of them.
+	_ = mysql.SetLogger(&mysql.NopLogger{})
+	res := &Results{Started: time.Now(), Config: cfg, Machine: machine()}
+	var stores []Store
+	for _, t := range targets {
+		if !slices.Contains(stores, t.Store) {
+			stores = append(stores, t.Store)
+		}
+	}
+	progress(fmt.Sprintf("starting servers: %v", stores))
+	e := newEnv()
+	e.start(ctx, stores...)
+	defer e.close()
+	err = measure(ctx, e, cfg, targets, res, progress)
+	res.Checks = checks(res)
+	res.Elapsed = time.Since(res.Started)
+	res.Machine.LoadAfter = loadavg()
+	return res, err
+}
+
+// measure fills res with rows for targets, measuring on e.
+func measure(ctx context.Context, e *env, cfg Config, targets []Target, res *Results, progress func(string)) error {
+	bases := map[string]baseline{}
+	for _, b := range baselines() {
+		bases[b.Name] = b
+	}
+	rows := map[string]*Row{}
+	var order []string
+	add := func(r Row) {
+		order = append(order, r.Name)
+		rows[r.Name] = &r
+	}
+	for _, t := range targets {
+		if t.Baseline != "" && rows[t.Baseline] == nil {
+			b := bases[t.Baseline]
+			add(Row{Name: b.Name, Kind: Raw, Store: b.Store})
+		}
+		add(Row{Name: t.Name, Kind: t.Kind, Store: t.Store, Baseline: t.Baseline})
+	}
+	defer func() {
+		res.Rows = res.Rows[:0]
+		for _, n := range order {
+			res.Rows = append(res.Rows, *rows[n])
+		}
+	}()
+	fail := func(r *Row, m Measurement, err error) {
+		r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", m, err))
+		progress(fmt.Sprintf("%-20s %s FAILED: %v", r.Name, m, err))
+	}
+	for _, n := range order {
+		r := rows[n]
+		if err := e.missing[r.Store]; err != nil {
+			r.Skipped = fmt.Sprintf("%s server not available: %v", r.Store, err)
+			progress(fmt.Sprintf("%-20s skipped: %s", r.Name, r.Skipped))
+		}
+	}
+	live := func(ts []Target) []Target {
+		var out []Target
+		for _, t := range ts {
+			if rows[t.Name].Skipped == "" {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	targets = live(targets)
+
+	if !cfg.skips(MUncontended) {
+		// One interleaved group per baseline (targets without one run alone).
+		var groups [][]Target
+		idx := map[string]int{}
+		for _, t := range targets {
+			g, ok := idx[t.Baseline]
+			if !ok || t.Baseline == "" {
+				g = len(groups)
+				idx[t.Baseline] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], t)
+		}
+		for _, g := range groups {
+			var base *baseline
+			if b, ok := bases[g[0].Baseline]; ok {
+				base = &b
+			}
+			progress(fmt.Sprintf("uncontended: %s", strings.Join(targetNames(g), ", ")))
+			raw, lats, errs, err := uncontended(ctx, e.ep, base, g, cfg.TTL, cfg.Warmup, cfg.Rounds)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil && base != nil {
+				fail(rows[base.Name], MUncontended, err)
+				for _, t := range g {
+					fail(rows[t.Name], MUncontended, fmt.Errorf("baseline failed"))
+				}
+				continue
+			}
+			if base != nil {
+				rows[base.Name].Uncontended = &raw
+				progress(fmt.Sprintf("%-20s uncontended %v", base.Name, raw))
+			}
+			for i, t := range g {
+				r := rows[t.Name]
+				if errs[i] != nil {
+					fail(r, MUncontended, errs[i])
+					continue
+				}
+				r.Uncontended = &lats[i]
+				if base != nil && raw.P50 > 0 {
+					r.RawRatio = float64(lats[i].P50) / float64(raw.P50)
+				}
+				if base != nil {
+					progress(fmt.Sprintf("%-20s uncontended %v (%.2f× raw)", t.Name, lats[i], r.RawRatio))
+				} else {
+					progress(fmt.Sprintf("%-20s uncontended %v", t.Name, lats[i]))
+				}
+			}
+		}
+	}
+	for _, t := range targets {
+		r := rows[t.Name]
+		step := func(m Measurement, f func(ctx context.Context) (string, error)) {
+			if cfg.skips(m) || ctx.Err() != nil {
+				return
+			}
+			mctx, cancel := context.WithTimeout(ctx, 3*cfg.Duration+time.Duration(cfg.CrashTrials)*(3*cfg.CrashTimeout+20*time.Second)+2*time.Minute)
+			defer cancel()
+			s, err := f(mctx)
+			if err != nil {
+				fail(r, m, err)
+				return
+			}
+			progress(fmt.Sprintf("%-20s %s %s", t.Name, m, s))
+		}
+		step(MContended, func(ctx context.Context) (string, error) {
+			c, err := contended(ctx, e.ep, t, cfg.TTL, cfg.Clients, cfg.Duration)
+			if err == nil {
+				r.Contended = &c
+			}
+			return c.String(), err
+		})
+		step(MManyKeys, func(ctx context.Context) (string, error) {
+			tp, err := manyKeys(ctx, e.ep, t, cfg.TTL, cfg.ManyClients, cfg.Keys, cfg.Duration)
+			if err == nil {
+				r.ManyKeys = &tp
+			}
+			return tp.String(), err
+		})
+		if t.CrashNote != nil {
+			step(MCrash, func(ctx context.Context) (string, error) {
+				c, err := crash(ctx, e, t, cfg.CrashTimeout, cfg.CrashTrials)
+				if err == nil {
+					r.Crash = &c
+				}
+				return fmt.Sprintf("p50 %v max %v (%s)", c.P50, c.Max, c.Timeout), err
+			})
+		}
+		step(MAllocs, func(ctx context.Context) (string, error) {
+			a, err := allocs(ctx, e.ep, t, cfg.TTL, 10, cfg.AllocCycles)
+			if err == nil {
+				r.Allocs = &a
+			}
+			return fmt.Sprintf("%.1f allocs, %.0f B per cycle", a.PerCycle, a.BytesPerCycle), err
+		})
+		if b, ok := bases[t.Baseline]; ok && rows[b.Name].Allocs == nil && !cfg.skips(MAllocs) && ctx.Err() == nil {
+			a, err := rawAllocs(ctx, e.ep, b, 10, cfg.AllocCycles)
+			if err != nil {
+				fail(rows[b.Name], MAllocs, err)
+			} else {
+				rows[b.Name].Allocs = &a
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, LoadBefore: loadavg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+// loadavg is the first three fields of /proc/loadavg ("" where there is none).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}

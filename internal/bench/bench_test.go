@@ -1,0 +1,368 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/servers"
+)
+
+// TestMain stops the servers the tests and benchmarks started, then checks that no
+// goroutine is left.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Lock()
+	if shared.e != nil {
+		shared.e.close()
+	}
+	shared.Unlock()
+	servers.Shutdown()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left running:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// tiny is a configuration that runs every measurement briefly: a smoke test of the
+// code, not a measurement.
+var tiny = Config{
+	Duration: 150 * time.Millisecond, Clients: 3, ManyClients: 4, Keys: 20,
+	Rounds: 5, Warmup: 1, AllocCycles: 5, CrashTrials: 1, CrashTimeout: time.Second,
+}
+
+// TestRunSmoke runs every measurement of every target briefly through Run and checks
+// that each produced its numbers without errors, and that the report holds them.
+func TestRunSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var lines []string
+	res, err := Run(ctx, tiny, func(s string) { lines = append(lines, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) == 0 {
+		t.Error("no progress reported")
+	}
+	want := len(Targets()) + len(baselines())
+	if len(res.Rows) != want {
+		t.Fatalf("%d rows, want %d (every target and every baseline)", len(res.Rows), want)
+	}
+	md := res.Markdown()
+	for _, r := range res.Rows {
+		if r.Skipped != "" {
+			if servers.RequireServers() {
+				t.Errorf("%s skipped under %s=1: %s", r.Name, servers.EnvRequire, r.Skipped)
+			} else {
+				t.Logf("%s skipped: %s", r.Name, r.Skipped)
+			}
+			continue
+		}
+		for _, e := range r.Errors {
+			t.Errorf("%s: %s", r.Name, e)
+		}
+		if r.Uncontended == nil || r.Uncontended.N != tiny.Rounds || r.Allocs == nil {
+			t.Errorf("%s: missing uncontended or allocation numbers: %+v", r.Name, r)
+		}
+		if r.Kind != Raw && (r.Contended == nil || r.ManyKeys == nil || r.Contended.Handoffs == 0 || r.ManyKeys.Ops == 0) {
+			t.Errorf("%s: missing contended or many-keys numbers: %+v", r.Name, r)
+		}
+		if r.Kind != Raw && r.Store != Memory && (r.Crash == nil || len(r.Crash.Trials) != tiny.CrashTrials) {
+			t.Errorf("%s: missing crash numbers: %+v", r.Name, r.Crash)
+		}
+		if r.Baseline != "" && r.RawRatio <= 0 {
+			t.Errorf("%s: no ratio to %s", r.Name, r.Baseline)
+		}
+		if !strings.Contains(md, "| "+mdEscape(r.Name)+" |") {
+			t.Errorf("Markdown has no row for %s", r.Name)
+		}
+	}
+	// The cut must reach the holder's connections: GET_LOCK frees the lock as soon as
+	// its connection closes, long before the timeout (without the cut the waiter
+	// would time out instead). A TTL lock, on the other hand, stays taken until its
+	// TTL: a waiter that got it sooner would mean the holder never had it.
+	if r := res.Row("mysql GET_LOCK"); r != nil && r.Crash != nil && r.Crash.Max > tiny.CrashTimeout/2 {
+		t.Errorf("GET_LOCK freed %v after the holder's connection was cut; want well under %v", r.Crash.Max, tiny.CrashTimeout/2)
+	}
+	if r := res.Row("redis"); r != nil && r.Crash != nil && r.Crash.P50 < tiny.CrashTimeout-crashHold-50*time.Millisecond {
+		t.Errorf("redis: waiter got the lock %v after the cut, before the TTL %v ran out", r.Crash.P50, tiny.CrashTimeout)
+	}
+	if len(res.Checks) < 6 {
+		t.Errorf("%d checks, want the 6 ratios and one wait check per backend", len(res.Checks))
+	}
+	js, err := res.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Results
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Rows) != len(res.Rows) || len(back.Checks) != len(res.Checks) {
+		t.Fatalf("JSON does not round-trip: %v", err)
+	}
+	t.Log("\n" + md)
+}
+
+func TestSelect(t *testing.T) {
+	ts, err := Select([]string{"@redis5", "zk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(targetNames(ts), ","); got != "redlock(5),redsync(5),zk" {
+		t.Fatalf("Select(@redis5, zk) = %s", got)
+	}
+	if _, err := Select([]string{"nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("Select(nope) = %v, want an error naming it", err)
+	}
+	if _, err := Run(context.Background(), Config{Skip: []Measurement{"nope"}}, nil); err == nil {
+		t.Fatal("Run accepted an unknown measurement")
+	}
+}
+
+func TestChecks(t *testing.T) {
+	lat := func(p50 time.Duration) *benchkit.Latency { return &benchkit.Latency{N: 1, P50: p50} }
+	res := &Results{Rows: []Row{
+		{Name: "redis", Kind: Backend, Uncontended: lat(105)},
+		{Name: "bsm/redislock", Kind: Peer, Uncontended: lat(100)},
+		{Name: "etcd", Kind: Backend, Uncontended: lat(106), Contended: &benchkit.Contention{Rate: 300, Wait: benchkit.Latency{Mean: 10, Max: 101}}},
+		{Name: "etcd-mutex", Kind: Peer, Uncontended: lat(100), Contended: &benchkit.Contention{Rate: 100}},
+		{Name: "zk", Kind: Backend, Uncontended: lat(100)},
+		{Name: "redsync(5)", Kind: Peer, Errors: []string{"uncontended: failed"}},
+	}}
+	got := map[string]Check{}
+	for _, c := range checks(res) {
+		got[strings.Fields(c.Claim)[0]+" "+strings.Fields(c.Claim)[1]] = c
+	}
+	if c, ok := got["mysql ≤"]; ok {
+		t.Errorf("check of targets that were not selected reported: %+v", c)
+	}
+	for claim, want := range map[string]struct {
+		met     bool
+		missing string
+	}{
+		"redis ≤":       {met: true},  // exactly at the limit
+		"etcd ≤":        {met: false}, // 1.06 > 1.05
+		"etcd ≥":        {met: true},  // exactly 3×
+		"zk ≤":          {missing: "zk.Lock"},
+		"redlock(5) ≤":  {missing: "redlock(5)"},
+		"etcd: longest": {met: false}, // 10.1× the mean
+	} {
+		c, ok := got[claim]
+		if !ok {
+			t.Errorf("no check %q in %v", claim, got)
+			continue
+		}
+		if c.Met != want.met || c.Missing != want.missing {
+			t.Errorf("%s: met %v missing %q (value %.3f); want met %v missing %q", c.Claim, c.Met, c.Missing, c.Value, want.met, want.missing)
+		}
+	}
+}
+
+// shared is the one set of servers the benchmarks use.
+var shared struct {
+	sync.Mutex
+	e *env
+}
+
+// benchEnv returns the benchmarks' servers, starting those of stores on first use;
+// it skips (or, with DLOCK_REQUIRE_SERVERS=1, fails) b when one is missing.
+func benchEnv(b *testing.B, stores ...Store) *env {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.e == nil {
+		shared.e = newEnv()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), servers.DefaultStartTimeout)
+	defer cancel()
+	shared.e.start(ctx, stores...)
+	for _, s := range stores {
+		if err := shared.e.missing[s]; err != nil {
+			if servers.IsMissing(err) && !servers.RequireServers() {
+				b.Skip(err)
+			}
+			b.Fatal(err)
+		}
+	}
+	return shared.e
+}
+
+// eachTarget runs f as a sub-benchmark for every target.
+func eachTarget(b *testing.B, f func(b *testing.B, e *env, t Target)) {
+	for _, t := range Targets() {
+		b.Run(slug(t.Name), func(b *testing.B) { f(b, benchEnv(b, t.Store), t) })
+	}
+}
+
+// BenchmarkUncontended measures b.N interleaved rounds of the raw baseline and of
+// every target compared with it (one sub-benchmark per baseline) and reports each
+// one's p50 and p99, each target's ratio to raw, and the issue's ratios between a
+// backend and its peer where both are in the group:
+//
+//	go test -run '^$' -bench Uncontended -benchtime 300x ./internal/bench
+func BenchmarkUncontended(b *testing.B) {
+	groups := map[string][]Target{}
+	var names []string
+	for _, t := range Targets() {
+		g := t.Baseline
+		if g == "" {
+			g = t.Name
+		}
+		if groups[g] == nil {
+			names = append(names, g)
+		}
+		groups[g] = append(groups[g], t)
+	}
+	bases := map[string]baseline{}
+	for _, bl := range baselines() {
+		bases[bl.Name] = bl
+	}
+	for _, g := range names {
+		ts := groups[g]
+		b.Run(slug(g), func(b *testing.B) {
+			e := benchEnv(b, ts[0].Store)
+			var base *baseline
+			if bl, ok := bases[ts[0].Baseline]; ok {
+				base = &bl
+			}
+			b.ResetTimer()
+			raw, lats, errs, err := uncontended(context.Background(), e.ep, base, ts, DefaultConfig.TTL, DefaultConfig.Warmup, b.N)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			res := &Results{}
+			if base != nil {
+				res.Rows = append(res.Rows, Row{Name: base.Name, Kind: Raw, Uncontended: &raw})
+				b.ReportMetric(float64(raw.P50.Microseconds()), "raw-p50-µs")
+			}
+			for i, t := range ts {
+				if errs[i] != nil {
+					b.Fatalf("%s: %v", t.Name, errs[i])
+				}
+				res.Rows = append(res.Rows, Row{Name: t.Name, Kind: t.Kind, Uncontended: &lats[i]})
+				b.ReportMetric(float64(lats[i].P50.Microseconds()), slug(t.Name)+"-p50-µs")
+				b.ReportMetric(float64(lats[i].P99.Microseconds()), slug(t.Name)+"-p99-µs")
+				if base != nil {
+					b.ReportMetric(float64(lats[i].P50)/float64(raw.P50), slug(t.Name)+"/raw")
+				}
+			}
+			reportChecks(b, res)
+		})
+	}
+}
+
+// reportChecks reports, as metrics, the issue's ratios that res has both sides of.
+func reportChecks(b *testing.B, res *Results) {
+	for _, c := range checks(res) {
+		if c.Missing == "" && !strings.Contains(c.Claim, "longest wait") {
+			b.ReportMetric(c.Value, "check:"+strings.ReplaceAll(strings.Fields(c.Claim)[0]+"/"+strings.Fields(c.Claim)[3], " ", ""))
+			b.Logf("%s: %.2f (met: %v)", c.Claim, c.Value, c.Met)
+		}
+	}
+}
+
+// BenchmarkContended runs DefaultConfig.Clients clients of each target on one key
+// for DefaultConfig.Duration per iteration (one iteration with the default
+// -benchtime) and reports hand-offs/s, the longest wait, max/mean wait and Jain's
+// index.
+func BenchmarkContended(b *testing.B) {
+	c := DefaultConfig
+	eachTarget(b, func(b *testing.B, e *env, t Target) {
+		for b.Loop() {
+			r, err := contended(context.Background(), e.ep, t, c.TTL, c.Clients, c.Duration)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Log(r)
+			b.ReportMetric(r.Rate, "handoffs/s")
+			b.ReportMetric(float64(r.Wait.Max.Microseconds()), "max-wait-µs")
+			b.ReportMetric(r.MaxOverMean(), "max/mean-wait")
+			b.ReportMetric(r.Jain, "jain")
+		}
+	})
+}
+
+// BenchmarkManyKeys runs DefaultConfig.ManyClients clients of each target over
+// DefaultConfig.Keys keys for DefaultConfig.Duration per iteration and reports the
+// acquire+release cycles per second.
+func BenchmarkManyKeys(b *testing.B) {
+	c := DefaultConfig
+	eachTarget(b, func(b *testing.B, e *env, t Target) {
+		for b.Loop() {
+			r, err := manyKeys(context.Background(), e.ep, t, c.TTL, c.ManyClients, c.Keys, c.Duration)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Log(r)
+			b.ReportMetric(r.Rate, "cycles/s")
+			b.ReportMetric(float64(r.Latency.P99.Microseconds()), "cycle-p99-µs")
+		}
+	})
+}
+
+// BenchmarkCrash measures, per iteration, the time another client waits for a lock
+// whose holder vanished (see crash), with DefaultConfig.CrashTimeout as the lease TTL
+// or session timeout.
+func BenchmarkCrash(b *testing.B) {
+	eachTarget(b, func(b *testing.B, e *env, t Target) {
+		if t.CrashNote == nil {
+			b.Skip("no server to cut the holder off from")
+		}
+		for b.Loop() {
+			r, err := crash(context.Background(), e, t, DefaultConfig.CrashTimeout, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%v after the cut (%s)", r.P50, r.Timeout)
+			b.ReportMetric(float64(r.P50.Milliseconds()), "ms-to-next-holder")
+		}
+	})
+}
+
+// BenchmarkAllocs counts the heap allocations per acquire+release cycle of each
+// target and of each raw baseline (allocs/op, whole process: an embedded etcd
+// server's allocations are counted too).
+func BenchmarkAllocs(b *testing.B) {
+	ctx := context.Background()
+	eachTarget(b, func(b *testing.B, e *env, t Target) {
+		l, err := t.Open(ctx, e.ep, DefaultConfig.TTL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		k := key(e.ep, t.Name, "ba")
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := benchkit.AcquireCycle(ctx, l, k, dlock.WithTTL(DefaultConfig.TTL)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, bl := range baselines() {
+		b.Run("raw-"+slug(bl.Name), func(b *testing.B) {
+			e := benchEnv(b, bl.Store)
+			cycle, closeFn, err := bl.open(ctx, e.ep, key(e.ep, "raw-"+string(bl.Store)+"-"+slug(bl.Name), "ba"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer closeFn()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := cycle(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

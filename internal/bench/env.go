@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock/backends/memlock"
+	"github.com/dlock-go/dlock/internal/servers"
+)
+
+// env is one set of servers and the addresses of those that started.
+type env struct {
+	ep      Endpoints
+	missing map[Store]error // stores whose servers could not be started
+	started map[Store]bool  // stores start has tried
+	closers []func()
+}
+
+// newEnv returns an env with no servers yet.
+func newEnv() *env {
+	return &env{ep: Endpoints{Run: runID(), Mem: memlock.NewStore()}, missing: map[Store]error{}, started: map[Store]bool{}}
+}
+
+// start starts (or finds) the servers of the given stores that e has not tried yet:
+// the process-wide shared Redis, MySQL, ZooKeeper and etcd of package servers, five
+// Redis masters of its own (or DLOCK_REDLOCK_ADDRS) and a fresh MySQL database. A
+// store whose server cannot be started is recorded in missing; close gives back what
+// start made, but not the shared servers (servers.Shutdown stops those).
+func (e *env) start(ctx context.Context, stores ...Store) {
+	var todo []Store
+	for _, s := range stores {
+		if !e.started[s] {
+			e.started[s] = true
+			todo = append(todo, s)
+		}
+	}
+	stores = todo
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	fail := func(s Store, err error) {
+		mu.Lock()
+		e.missing[s] = err
+		mu.Unlock()
+	}
+	onClose := func(f func()) {
+		mu.Lock()
+		e.closers = append(e.closers, f)
+		mu.Unlock()
+	}
+	start := func(s Store, f func() error) {
+		if slices.Contains(stores, s) {
+			wg.Go(func() {
+				if err := f(); err != nil {
+					fail(s, err)
+				}
+			})
+		}
+	}
+	start(Redis, func() error {
+		r, err := servers.SharedRedis(ctx)
+		if err == nil {
+			e.ep.Redis = r.Addr()
+		}
+		return err
+	})
+	start(Redis5, func() error {
+		ms := servers.RedisMastersFromEnv(5)
+		if ms == nil {
+			var err error
+			if ms, err = servers.StartRedisMasters(ctx, 5); err != nil {
+				return err
+			}
+			onClose(func() {
+				for _, m := range ms {
+					m.Close()
+				}
+			})
+		}
+		for _, m := range ms {
+			e.ep.Masters = append(e.ep.Masters, m.Addr())
+		}
+		return nil
+	})
+	start(MySQL, func() error {
+		m, err := servers.SharedMySQL(ctx)
+		if err != nil {
+			return err
+		}
+		dsn, err := m.NewDatabase(ctx)
+		if err != nil {
+			return err
+		}
+		onClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = m.DropDatabase(ctx, dsn)
+		})
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return err
+		}
+		e.ep.MySQL = cfg
+		return nil
+	})
+	start(ZooKeeper, func() error {
+		z, err := servers.SharedZooKeeper(ctx)
+		if err == nil {
+			e.ep.ZooKeeper = z.Addrs()
+		}
+		return err
+	})
+	start(Etcd, func() error {
+		s, err := servers.SharedEtcd(ctx)
+		if err == nil {
+			e.ep.Etcd = s.Endpoints()
+		}
+		return err
+	})
+	wg.Wait()
+}
+
+func (e *env) close() {
+	for _, f := range slices.Backward(e.closers) {
+		f()
+	}
+	e.closers = nil
+}
+
+// proxies puts a servers.Proxy in front of every address of store s and returns the
+// endpoints that lead through them.
+func (e *env) proxies(s Store) (Endpoints, []*servers.Proxy, error) {
+	var ps []*servers.Proxy
+	var err error
+	ep := e.ep.via(s, func(addr string) string {
+		p, perr := servers.NewProxy(addr)
+		if perr != nil {
+			err = perr
+			return addr
+		}
+		ps = append(ps, p)
+		return p.Addr()
+	})
+	if err != nil {
+		for _, p := range ps {
+			p.Close()
+		}
+		return Endpoints{}, nil, fmt.Errorf("proxy: %w", err)
+	}
+	return ep, ps, nil
+}
+
+func runID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
