@@ -4,9 +4,8 @@ import (
 	"context"
 	"net/url"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/peers/internal/peerredis"
 	"github.com/dlock-go/dlock/peers/internal/peerurl"
 )
 
@@ -20,22 +19,10 @@ func init() {
 		if err := dlock.CheckQuery(u); err != nil {
 			return nil, err
 		}
-		hosts, err := peerurl.Hosts(u)
+		clients, closeAll, err := peerredis.Clients(ctx, u, 1)
 		if err != nil {
 			return nil, err
 		}
-		if len(hosts) != 1 {
-			return nil, peerurl.OneHost(u)
-		}
-		db, err := peerurl.RedisDB(u)
-		if err != nil {
-			return nil, err
-		}
-		pass, _ := u.User.Password()
-		c := redis.NewClient(&redis.Options{Addr: hosts[0], DB: db, Username: u.User.Username(), Password: pass})
-		if err := peerurl.Ping(ctx, Scheme, func(ctx context.Context) error { return c.Ping(ctx).Err() }, c.Close); err != nil {
-			return nil, err
-		}
-		return peerurl.Owning(New(c), c.Close), nil
+		return peerurl.Owning(New(clients[0]), closeAll), nil
 	})
 }

@@ -2,12 +2,10 @@ package redsyncpeer
 
 import (
 	"context"
-	"errors"
 	"net/url"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/peers/internal/peerredis"
 	"github.com/dlock-go/dlock/peers/internal/peerurl"
 )
 
@@ -22,34 +20,8 @@ func init() {
 		if err := dlock.CheckQuery(u); err != nil {
 			return nil, err
 		}
-		hosts, err := peerurl.Hosts(u)
+		clients, closeAll, err := peerredis.Clients(ctx, u, 0)
 		if err != nil {
-			return nil, err
-		}
-		db, err := peerurl.RedisDB(u)
-		if err != nil {
-			return nil, err
-		}
-		pass, _ := u.User.Password()
-		clients := make([]redis.UniversalClient, len(hosts))
-		for i, h := range hosts {
-			clients[i] = redis.NewClient(&redis.Options{Addr: h, DB: db, Username: u.User.Username(), Password: pass})
-		}
-		closeAll := func() error {
-			var errs []error
-			for _, c := range clients {
-				errs = append(errs, c.Close())
-			}
-			return errors.Join(errs...)
-		}
-		pingAll := func(ctx context.Context) error {
-			var errs []error
-			for _, c := range clients {
-				errs = append(errs, c.Ping(ctx).Err())
-			}
-			return errors.Join(errs...)
-		}
-		if err := peerurl.Ping(ctx, Scheme, pingAll, closeAll); err != nil {
 			return nil, err
 		}
 		return peerurl.Owning(New(clients), closeAll), nil

@@ -86,7 +86,21 @@ type locker struct {
 	root string
 	acl  []zk.ACL
 	set  *peerlease.Set
-	wg   sync.WaitGroup // Lock calls still running
+
+	mu      sync.Mutex
+	closing bool
+	wg      sync.WaitGroup // Lock calls still running
+}
+
+// spawn runs f in a goroutine that Close waits for; false once Close has begun.
+func (l *locker) spawn(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return false
+	}
+	l.wg.Go(f)
+	return true
 }
 
 func (l *locker) event(ev zk.Event) {
@@ -120,11 +134,14 @@ func (l *locker) lock(ctx context.Context, key string, opts []dlock.Option, wait
 	}
 	zl := zk.NewLock(l.conn, path, l.acl)
 	result := make(chan error, 1)
-	l.wg.Go(func() { result <- zl.Lock() })
+	if !l.spawn(func() { result <- zl.Lock() }) {
+		return nil, dlock.ErrClosed
+	}
 	select {
 	case err = <-result:
 	case <-ctx.Done():
-		l.wg.Go(func() {
+		// Once Close has begun nobody waits: closing the session frees the lock.
+		l.spawn(func() {
 			if <-result == nil {
 				_ = zl.Unlock()
 			}
@@ -154,6 +171,9 @@ func (l *locker) Close() error {
 	if !l.set.Close() {
 		return nil
 	}
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
 	l.conn.Close()
 	l.wg.Wait()
 	return nil
