@@ -160,6 +160,26 @@ type node struct {
 	// per-node timeout of a request starts once it has a slot, so that it measures
 	// the master, not this process's own queue.
 	slots chan struct{}
+	// contacted: a request of this Locker to the master has ended (answered or
+	// not); until then its requests get FirstContactTimeout.
+	contacted atomic.Bool
+}
+
+// FirstContactTimeout is the per-node timeout of the first requests of a Locker to a
+// master, when it is longer than the usual one: the first request dials, shakes
+// hands and loads the Lua script (four round trips), and on the loaded 2-core CI
+// machine under -race that took over 50ms. A master that is down when the Locker
+// starts costs its first round this long (not the later ones).
+const FirstContactTimeout = 500 * time.Millisecond
+
+// firstContact reports whether some master has not been contacted yet.
+func (d *redlockDriver) firstContact() bool {
+	for i := range d.nodes {
+		if !d.nodes[i].contacted.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 type redlockDriver struct {
@@ -211,12 +231,13 @@ type round struct {
 	settled chan struct{}
 }
 
-// poll sends op to every master in parallel, each request bounded by timeout, and
-// returns as soon as the outcome is known: a majority said yes, or more than
-// N − quorum said no or failed, or ctx ended. Requests still running go on in the
-// background; round.settled is closed when every one of them (and its then) ended.
-// then, if not nil, runs in each master's goroutine after that master's vote and the
-// decision are both known.
+// poll sends op to every master in parallel, each request bounded by timeout (a
+// master that has not answered by then votes "failed"), and returns as soon as the
+// outcome is known: a majority said yes, or more than N − quorum said no or failed,
+// or ctx ended. Requests still running go on in the background; round.settled is
+// closed when every one of them (and its then) ended. then, if not nil, runs in each
+// master's goroutine once that master's request has ended and the decision is known;
+// it gets the request's real outcome.
 func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool)) *round {
 	n := len(d.nodes)
 	r := &round{settled: make(chan struct{})}
@@ -228,12 +249,19 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 	for i := range d.nodes {
 		go func() {
 			defer d.inflight.Done()
-			v := d.send(ctx, decided, i, timeout, op)
+			var once sync.Once
+			report := func(v vote) {
+				once.Do(func() {
+					v.node = i
+					votes <- v
+				})
+			}
+			v := d.send(ctx, decided, i, timeout, op, report)
 			v.node = i
-			votes <- v
+			report(v)
 			if then != nil {
 				<-decided
-				then(v, r.won)
+				then(v, r.won) // the real outcome, even if it came after the timeout
 			}
 			if left.Add(-1) == 0 {
 				close(r.settled)
@@ -260,9 +288,13 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 	return r
 }
 
-// send runs op for master i once it has a slot, bounded by timeout from then on. It
-// gives up without sending when ctx ends or the round is decided first.
-func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int, timeout time.Duration, op func(ctx context.Context, i int) vote) vote {
+// send runs op for master i once it has a slot, and returns its outcome. It gives
+// up without sending when ctx ends or the round is decided first. The per-node
+// timeout runs from the moment the request is sent: op's ctx ends then, and report
+// gets a timeout vote then even if op does not return (go-redis only obeys ctx
+// deadlines on the socket with Options.ContextTimeoutEnabled; otherwise it waits up
+// to its ReadTimeout).
+func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int, timeout time.Duration, op func(ctx context.Context, i int) vote, report func(vote)) vote {
 	slots := d.nodes[i].slots
 	select {
 	case slots <- struct{}{}:
@@ -272,10 +304,17 @@ func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int
 		return vote{answer: failed, err: errNotSent}
 	}
 	defer func() { <-slots }()
+	nd := &d.nodes[i]
+	if !nd.contacted.Load() {
+		timeout = max(timeout, FirstContactTimeout)
+	}
+	timer := time.AfterFunc(timeout, func() { report(vote{answer: failed, err: errNodeTimeout{timeout}, sent: true}) })
+	defer timer.Stop()
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v := op(nctx, i)
 	v.sent = true
+	nd.contacted.Store(true)
 	if v.answer == failed && nctx.Err() != nil && ctx.Err() == nil {
 		v.err = errNodeTimeout{timeout}
 	}
@@ -321,6 +360,10 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	start := time.Now()
 	value := redisops.NewValue()
 	timeout := d.nodeTimeout(ttl)
+	longest := timeout // the longest a request of this round may stay in flight
+	if d.firstContact() {
+		longest = max(timeout, FirstContactTimeout)
+	}
 	r := d.poll(ctx, timeout, func(ctx context.Context, i int) vote {
 		_, remaining, ok, err := redisops.Acquire(ctx, d.nodes[i].c, key, value, ttl)
 		v := voteOf(ok, err)
@@ -338,7 +381,7 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	})
 	if r.won {
 		return &lock{d: d, key: key, value: value, ttl: ttl, validUntil: start.Add(ttl - d.cfg.drift(ttl)),
-			released: make([]atomic.Bool, len(d.nodes)), settled: r.settled}, nil
+			released: make([]atomic.Bool, len(d.nodes)), settled: r.settled, settleWithin: longest}, nil
 	}
 	if r.ctxErr == nil && d.tooMany(r, failed) {
 		// The masters are down or hung: say so now; the releases of step 4 go on in
@@ -394,7 +437,8 @@ func (d *redlockDriver) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, n := range d.nodes {
+	for i := range d.nodes {
+		n := &d.nodes[i]
 		if err := n.c.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
 		}
@@ -410,7 +454,23 @@ type lock struct {
 	ttl        time.Duration // the last TTL set (for the per-node timeout of Unlock)
 	validUntil time.Time     // start of the last grant or refresh + ttl − drift
 	released   []atomic.Bool // per master: our key is gone there (for a retried Unlock)
-	settled    <-chan struct{}
+	// settled is closed when the acquire's requests have all ended, which takes at
+	// most settleWithin on clients with ContextTimeoutEnabled.
+	settled      <-chan struct{}
+	settleWithin time.Duration
+}
+
+// awaitAcquire waits until the acquire requests still in flight have ended, at most
+// settleWithin (a request past it stays in flight only on a client without
+// ContextTimeoutEnabled; a delete that overtakes it leaves the key there until its
+// TTL).
+func (l *lock) awaitAcquire() {
+	t := time.NewTimer(l.settleWithin)
+	defer t.Stop()
+	select {
+	case <-l.settled:
+	case <-t.C:
+	}
 }
 
 // Token is always 0: Redlock has no counter that every later grant is sure to exceed
@@ -423,7 +483,7 @@ func (l *lock) Token() uint64 { return 0 }
 // longer hold our value, and an error wrapping dlock.ErrUnavailable when too few
 // clear answers came: the lease then keeps its old validity deadline.
 func (l *lock) Refresh(ctx context.Context, ttl time.Duration) error {
-	<-l.settled // a master still busy with our acquire would answer "not ours"
+	l.awaitAcquire() // a master still busy with our acquire would answer "not ours"
 	start := time.Now()
 	if !start.Before(l.validUntil) {
 		return fmt.Errorf("%w: redlock: the validity of %q is over", dlock.ErrNotHeld, l.key)
@@ -460,7 +520,7 @@ func (l *lock) outcome(r *round, what string) error {
 // it, and an error wrapping dlock.ErrUnavailable when too few clear answers came
 // (Unlock may then be retried; masters already done are not asked again).
 func (l *lock) Unlock(ctx context.Context) error {
-	<-l.settled // a delete must not overtake our own acquire on a slow master
+	l.awaitAcquire() // a delete must not overtake our own acquire on a slow master
 	r := l.d.poll(ctx, l.d.nodeTimeout(l.ttl), func(ctx context.Context, i int) vote {
 		if l.released[i].Load() {
 			return vote{answer: yes}

@@ -49,7 +49,9 @@ func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	pass, _ := u.User.Password()
 	clients := make([]redis.UniversalClient, len(hosts))
 	for i, h := range hosts {
-		clients[i] = redis.NewClient(&redis.Options{Addr: h, DB: db, Username: user, Password: pass})
+		// ContextTimeoutEnabled: the per-node timeout (a ctx deadline) ends the socket
+		// read too, so that no request to a hung master outlives it.
+		clients[i] = redis.NewClient(&redis.Options{Addr: h, DB: db, Username: user, Password: pass, ContextTimeoutEnabled: true})
 	}
 	if err := pingMajority(ctx, hosts, clients); err != nil {
 		for _, c := range clients {

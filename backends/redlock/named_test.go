@@ -1,0 +1,344 @@
+package redlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/redlock"
+	"github.com/dlock-go/dlock/internal/servers"
+)
+
+func key(t testing.TB) string { return "redlock-test/" + t.Name() }
+
+func kill(t testing.TB, rs ...*servers.Redis) {
+	t.Helper()
+	for _, r := range rs {
+		if err := r.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// restartEmpty starts killed masters again without their data (no persistence).
+func restartEmpty(t testing.TB, rs ...*servers.Redis) {
+	t.Helper()
+	for _, r := range rs {
+		if err := r.Restart(ctxFor(t, startTimeout), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func pause(t testing.TB, rs ...*servers.Redis) {
+	t.Helper()
+	for _, r := range rs {
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Resume() })
+	}
+}
+
+func resume(t testing.TB, rs ...*servers.Redis) {
+	t.Helper()
+	for _, r := range rs {
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func live(ls dlock.Lease) bool {
+	select {
+	case <-ls.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// With 2 of 5 masters dead the lock service works and still excludes.
+func TestTwoOfFiveKilledStillGranted(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	a, b := newLocker(t, rs), newLocker(t, rs)
+	warm(t, a)
+	warm(t, b)
+	kill(t, rs[0], rs[1])
+	k := key(t)
+	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("2 of 5 masters down: TryAcquire: %v", err)
+	}
+	if _, err := b.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("2 of 5 masters down, lock held: second TryAcquire: want ErrNotAcquired, got %v", err)
+	}
+	if err := la.Refresh(ctxFor(t, 10*time.Second), 10*time.Second); err != nil {
+		t.Fatalf("Refresh with 3 of 5 masters: %v", err)
+	}
+	if err := la.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release with 3 of 5 masters: %v", err)
+	}
+	lb, err := b.Acquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	if err := lb.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unavailableBound is how soon ErrUnavailable must come: a few per-node timeouts
+// (the default one for the default TTL is 100ms), with room for a loaded machine.
+var unavailableBound = 10 * redlock.DefaultNodeTimeout(dlock.DefaultTTL)
+
+// With 3 of 5 masters dead, TryAcquire and Acquire (which would otherwise retry
+// forever) return ErrUnavailable promptly.
+func TestThreeOfFiveKilledUnavailable(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	l := newLocker(t, rs)
+	warm(t, l)
+	kill(t, rs[0], rs[1], rs[2])
+	for _, try := range []bool{true, false} {
+		t0 := time.Now()
+		var err error
+		if try {
+			_, err = l.TryAcquire(ctxFor(t, time.Minute), key(t))
+		} else {
+			_, err = l.Acquire(ctxFor(t, time.Minute), key(t))
+		}
+		took := time.Since(t0)
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("3 of 5 masters down (TryAcquire %v): want ErrUnavailable, got %v", try, err)
+		}
+		if took > unavailableBound {
+			t.Errorf("3 of 5 masters down (TryAcquire %v): ErrUnavailable after %v, want within %v", try, took, unavailableBound)
+		}
+		t.Logf("TryAcquire %v: ErrUnavailable after %v: %v", try, took.Round(time.Millisecond), err)
+	}
+}
+
+// With 3 of 5 masters hung (SIGSTOP: connections open, no answers), ErrUnavailable
+// comes after about one per-node timeout.
+func TestHungMajorityUnavailable(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	l := newLocker(t, rs)
+	warm(t, l)
+	pause(t, rs[0], rs[1], rs[2])
+	t0 := time.Now()
+	_, err := l.Acquire(ctxFor(t, time.Minute), key(t))
+	took := time.Since(t0)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("3 of 5 masters hung: want ErrUnavailable, got %v", err)
+	}
+	nt := redlock.DefaultNodeTimeout(dlock.DefaultTTL)
+	if took < nt || took > unavailableBound {
+		t.Errorf("3 of 5 masters hung: ErrUnavailable after %v, want after the per-node timeout %v and within %v", took, nt, unavailableBound)
+	}
+	t.Logf("ErrUnavailable after %v (per-node timeout %v)", took.Round(time.Millisecond), nt)
+	resume(t, rs[0], rs[1], rs[2])
+}
+
+// warm makes one acquire+release on l so that its connections are open.
+func warm(t testing.TB, l dlock.Locker) {
+	t.Helper()
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key(t)+"/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A grant does not wait for slow masters once a majority said yes: with 2 masters
+// hung and a per-node timeout of 5s, TryAcquire returns long before 5s.
+func TestGrantDoesNotWaitForSlowMasters(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	const nodeTimeout = 5 * time.Second
+	l := newLocker(t, rs, redlock.WithNodeTimeout(nodeTimeout))
+	warm(t, l)
+	pause(t, rs[3], rs[4])
+	t0 := time.Now()
+	ls, err := l.TryAcquire(ctxFor(t, time.Minute), key(t))
+	took := time.Since(t0)
+	if err != nil {
+		t.Fatalf("2 of 5 masters hung: %v", err)
+	}
+	if took > nodeTimeout/5 {
+		t.Errorf("2 of 5 masters hung: granted after %v, want well before the per-node timeout %v", took, nodeTimeout)
+	}
+	t.Logf("granted after %v with 2 masters hung (per-node timeout %v)", took, nodeTimeout)
+	resume(t, rs[3], rs[4])
+	if err := ls.Release(ctxFor(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A failed attempt leaves nothing behind: the masters that granted it are released
+// before TryAcquire returns ErrNotAcquired.
+func TestFailedAttemptReleasesItsGrants(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	k := key(t)
+	for _, r := range rs[:3] { // another owner holds the lock on a majority
+		if _, err := r.Do(ctxFor(t, 10*time.Second), "SET", k, "other", "PX", "60000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := newLocker(t, rs)
+	for i := range 5 {
+		if _, err := l.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("attempt %d: want ErrNotAcquired, got %v", i, err)
+		}
+		if n, values := holders(t, rs, k); n != 3 {
+			t.Fatalf("attempt %d: after a failed attempt %d masters hold %q: %v (want only the 3 of the other owner)", i, n, k, values)
+		}
+	}
+}
+
+// The validity deadline is TTL − drift after the start of the attempt: with a
+// drift allowance of half the TTL, the lease ends at half its TTL.
+func TestValidityUsesDrift(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	const ttl = 1 * time.Second
+	for _, c := range []struct {
+		name  string
+		opts  []redlock.Option
+		valid time.Duration
+	}{
+		{"default", nil, ttl - (ttl/100 + 2*time.Millisecond)},
+		{"half", []redlock.Option{redlock.WithDrift(0.5, 0)}, ttl / 2},
+		{"fixed", []redlock.Option{redlock.WithDrift(0, 300*time.Millisecond)}, ttl - 300*time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLocker(t, rs, c.opts...)
+			t0 := time.Now()
+			ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key(t), dlock.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-ls.Done()
+			lasted := time.Since(t0)
+			if !errors.Is(ls.Err(), dlock.ErrExpired) {
+				t.Fatalf("Err: %v, want ErrExpired", ls.Err())
+			}
+			// Done closes at the deadline measured from before the request; the timer
+			// may fire a little late, never early.
+			if lasted > c.valid+100*time.Millisecond || lasted < c.valid-50*time.Millisecond {
+				t.Errorf("lease with ttl %v lasted %v, want about %v", ttl, lasted, c.valid)
+			}
+			_ = ls.Release(ctxFor(t, 10*time.Second))
+		})
+	}
+}
+
+// Refresh needs a majority: with 3 of 5 masters down it fails with ErrUnavailable
+// and the lease keeps its old deadline.
+func TestRefreshNeedsMajority(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	l := newLocker(t, rs)
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key(t), dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill(t, rs[0], rs[1])
+	if err := ls.Refresh(ctxFor(t, 10*time.Second), 5*time.Second); err != nil {
+		t.Fatalf("Refresh with 3 of 5 masters: %v", err)
+	}
+	kill(t, rs[2])
+	err = ls.Refresh(ctxFor(t, 10*time.Second), 5*time.Second)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Refresh with 2 of 5 masters: want ErrUnavailable, got %v", err)
+	}
+	if !live(ls) {
+		t.Fatalf("a refresh that failed for want of masters ended the lease: %v", ls.Err())
+	}
+}
+
+// lockOnThree makes a hold key on masters 0, 1 and 2 only (3 and 4 are down during
+// the grant and come back empty), as in the Redlock article's crash scenario.
+func lockOnThree(t *testing.T, rs []*servers.Redis, a dlock.Locker, ttl time.Duration) (dlock.Lease, string) {
+	t.Helper()
+	k := key(t)
+	warm(t, a)
+	kill(t, rs[3], rs[4])
+	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Refresh waits until the requests to the dead masters have given up, so that
+	// none of them reaches a restarted master.
+	if err := la.Refresh(ctxFor(t, 10*time.Second), ttl); err != nil {
+		t.Fatal(err)
+	}
+	restartEmpty(t, rs[3], rs[4])
+	if n, values := holders(t, rs, k); n != 3 {
+		t.Fatalf("the first lease is on %d masters (%v), want 3", n, values)
+	}
+	return la, k
+}
+
+// The declared weakness: a master that restarts without persistence while a lock is
+// held forgets it, and a second client gets a majority while the first lease is live.
+func TestRestartWithoutPersistenceLetsASecondClientIn(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	a, b := newLocker(t, rs), newLocker(t, rs)
+	la, k := lockOnThree(t, rs, a, 30*time.Second)
+	kill(t, rs[2])
+	restartEmpty(t, rs[2])
+	lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("weakness did not reproduce: after master 3 restarted empty, the second client was refused: %v", err)
+	}
+	if !live(la) {
+		t.Fatalf("the first lease ended (%v) before the second grant: no overlap shown", la.Err())
+	}
+	t.Logf("weakness reproduced: two live leases on %q (the first on masters 1-3, the second on 3-5)", k)
+	_ = lb.Release(ctxFor(t, 10*time.Second))
+	_ = la.Release(ctxFor(t, 10*time.Second))
+}
+
+// The same crash, but the master stays down for a TTL before it rejoins (the
+// article's rule): no second client is granted while the first lease is live.
+func TestDelayedRestartKeepsExclusion(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	a, b := newLocker(t, rs), newLocker(t, rs)
+	const ttl = 2 * time.Second
+	warm(t, b)
+	la, k := lockOnThree(t, rs, a, ttl)
+	kill(t, rs[2])
+	crashed := time.Now()
+	tries := 0
+	for live(la) {
+		tries++
+		if lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), k); err == nil {
+			_ = lb.Release(ctxFor(t, 10*time.Second))
+			t.Fatalf("try %d: granted while master 3 was down and the first lease live", tries)
+		} else if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("try %d: %v", tries, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling for a grant is the subject here
+	}
+	time.Sleep(time.Until(crashed.Add(ttl))) // the rule: stay down for a TTL
+	restartEmpty(t, rs[2])
+	lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("after the delayed restart and the first lease's end: %v", err)
+	}
+	t.Logf("%d tries refused while the first lease was live; granted after the delayed restart", tries)
+	_ = lb.Release(ctxFor(t, 10*time.Second))
+}
+
+func TestDefaultNodeTimeout(t *testing.T) {
+	for ttl, want := range map[time.Duration]time.Duration{
+		100 * time.Millisecond: 50 * time.Millisecond,
+		10 * time.Second:       100 * time.Millisecond,
+		20 * time.Second:       200 * time.Millisecond,
+		time.Hour:              250 * time.Millisecond,
+	} {
+		if got := redlock.DefaultNodeTimeout(ttl); got != want {
+			t.Errorf("DefaultNodeTimeout(%v) = %v, want %v", ttl, got, want)
+		}
+	}
+}
