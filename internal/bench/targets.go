@@ -306,6 +306,7 @@ const (
 // baseline is one raw acquire+release, on clients of its own.
 type baseline struct {
 	Name  string
+	ID    string // short name: the sub-benchmark's
 	Store Store
 	// open returns one raw acquire+release of key on a new client, and the client's
 	// close.
@@ -314,11 +315,11 @@ type baseline struct {
 
 func baselines() []baseline {
 	return []baseline{
-		{Name: rawRedis, Store: Redis, open: func(_ context.Context, ep Endpoints, key string) (func(context.Context) error, func(), error) {
+		{Name: rawRedis, Store: Redis, ID: "redis", open: func(_ context.Context, ep Endpoints, key string) (func(context.Context) error, func(), error) {
 			c := redis.NewClient(&redis.Options{Addr: ep.Redis})
 			return func(ctx context.Context) error { return setDel(ctx, c, key) }, func() { c.Close() }, nil
 		}},
-		{Name: rawRedis5, Store: Redis5, open: func(_ context.Context, ep Endpoints, key string) (func(context.Context) error, func(), error) {
+		{Name: rawRedis5, Store: Redis5, ID: "redis5", open: func(_ context.Context, ep Endpoints, key string) (func(context.Context) error, func(), error) {
 			cs := make([]*redis.Client, len(ep.Masters))
 			for i, a := range ep.Masters {
 				cs[i] = redis.NewClient(&redis.Options{Addr: a})
@@ -330,10 +331,10 @@ func baselines() []baseline {
 			}
 			return func(ctx context.Context) error { return fanOut(ctx, cs, key) }, closeAll, nil
 		}},
-		{Name: rawMySQL, Store: MySQL, open: openRawMySQL},
-		{Name: rawGetLock, Store: MySQL, open: openRawGetLock},
-		{Name: rawZK, Store: ZooKeeper, open: openRawZK},
-		{Name: rawEtcd, Store: Etcd, open: func(ctx context.Context, ep Endpoints, key string) (func(context.Context) error, func(), error) {
+		{Name: rawMySQL, Store: MySQL, ID: "mysql", open: openRawMySQL},
+		{Name: rawGetLock, Store: MySQL, ID: "getlock", open: openRawGetLock},
+		{Name: rawZK, Store: ZooKeeper, ID: "zk", open: openRawZK},
+		{Name: rawEtcd, Store: Etcd, ID: "etcd", open: func(ctx context.Context, ep Endpoints, key string) (func(context.Context) error, func(), error) {
 			cli, err := etcdClient(ep.Etcd)
 			if err != nil {
 				return nil, nil, err

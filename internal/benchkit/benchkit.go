@@ -146,7 +146,12 @@ type Contention struct {
 	Handoffs int           // grants in all
 	Elapsed  time.Duration // measured time
 	Rate     float64       // grants per second
-	Wait     Latency       // time from asking to being granted
+	// Transfers counts the grants that went to another client than the one before:
+	// hand-offs proper. A client that releases and at once takes the lock again
+	// (barging past the waiters) adds a grant but no transfer.
+	Transfers    int
+	TransferRate float64 // transfers per second
+	Wait         Latency // time from asking to being granted
 	// Jain is Jain's fairness index over the clients' grant counts: 1 when all got
 	// the same number, 1/Clients when one got everything.
 	Jain      float64
@@ -154,8 +159,8 @@ type Contention struct {
 }
 
 func (c Contention) String() string {
-	return fmt.Sprintf("%d clients: %.1f hand-offs/s (%d in %v), wait p50=%v max=%v (max/mean %.1f), Jain %.3f",
-		c.Clients, c.Rate, c.Handoffs, c.Elapsed.Round(time.Millisecond), c.Wait.P50, c.Wait.Max, c.MaxOverMean(), c.Jain)
+	return fmt.Sprintf("%d clients: %.1f grants/s (%d in %v), %.1f to another client/s, wait p50=%v max=%v (max/mean %.1f), Jain %.3f",
+		c.Clients, c.Rate, c.Handoffs, c.Elapsed.Round(time.Millisecond), c.TransferRate, c.Wait.P50, c.Wait.Max, c.MaxOverMean(), c.Jain)
 }
 
 // MaxOverMean is the longest wait divided by the mean wait (0 without waits).
@@ -179,6 +184,8 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 		counts   = make([]int, len(lockers))
 		firstErr error
 		stop     atomic.Bool
+		last     = -1 // the client granted last
+		moves    int
 	)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -199,6 +206,12 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 					return
 				}
 				w := time.Since(t0)
+				mu.Lock()
+				if last != i {
+					moves++
+					last = i
+				}
+				mu.Unlock()
 				if hold > 0 {
 					time.Sleep(hold)
 				}
@@ -223,7 +236,8 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 	t.Stop()
 	elapsed := time.Since(start)
 	c := Contention{Clients: len(lockers), Handoffs: len(waits), Elapsed: elapsed,
-		Rate: float64(len(waits)) / elapsed.Seconds(), Wait: Summarize(waits), PerClient: counts, Jain: Jain(counts)}
+		Rate: float64(len(waits)) / elapsed.Seconds(), Wait: Summarize(waits), PerClient: counts, Jain: Jain(counts),
+		Transfers: moves, TransferRate: float64(moves) / elapsed.Seconds()}
 	return c, firstErr
 }
 

@@ -42,8 +42,16 @@ func TestContendOnMemlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Handoffs == 0 || len(c.PerClient) != 4 {
-		t.Fatalf("no hand-offs: %+v", c)
+	if c.Handoffs == 0 || len(c.PerClient) != 4 || c.Transfers == 0 || c.Transfers > c.Handoffs {
+		t.Fatalf("no hand-offs, or more transfers than grants: %+v", c)
+	}
+	// One client alone: every grant but the first goes back to the same client.
+	solo, err := Contend(context.Background(), ls[:1], "solo", 50*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if solo.Handoffs < 2 || solo.Transfers != 1 {
+		t.Fatalf("one client: %d grants, %d transfers; want several grants and 1 transfer", solo.Handoffs, solo.Transfers)
 	}
 	tp, err := ManyKeys(context.Background(), ls, "mk", 16, 100*time.Millisecond)
 	if err != nil || tp.Ops == 0 {
