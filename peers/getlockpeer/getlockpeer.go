@@ -17,7 +17,8 @@
 // the connection (WithTTL is ignored, Refresh returns errors.ErrUnsupported); a
 // connection that closes — the client crashed, or the network cut it — frees the lock
 // at once, and nothing tells a client whose connection was cut: database/sql learns of
-// it only at the next query, so Done closes only at Release or Close. Token is 0.
+// it only at the next query, so Done closes only at Release (which then returns
+// ErrNotHeld) or Close. Token is 0.
 // Lock names are whatever the server takes: names longer than 64 characters are
 // rejected by MySQL; MariaDB compares them as its collation does.
 package getlockpeer
@@ -25,9 +26,13 @@ package getlockpeer
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/peers/internal/peerlease"
@@ -93,7 +98,14 @@ func (l *locker) lock(ctx context.Context, key string, opts []dlock.Option, time
 	return l.set.Grant(key, 0, time.Time{}, o, peerlease.Hooks{
 		Release: func(ctx context.Context) error {
 			var freed sql.NullInt64
-			if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", key).Scan(&freed); err != nil {
+			err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", key).Scan(&freed)
+			switch {
+			case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn):
+				// The connection is gone, and with it the lock (the server frees a
+				// closed connection's locks).
+				_ = conn.Close()
+				return fmt.Errorf("%w: the connection that held it is gone: %w", dlock.ErrNotHeld, err)
+			case err != nil:
 				return err // the connection stays with the lease: Release may be retried
 			}
 			_ = conn.Close()

@@ -39,9 +39,6 @@ type Set struct {
 // NewSet returns an empty Set for the peer called name (in errors).
 func NewSet(name string) *Set { return &Set{name: name, leases: map[*Lease]struct{}{}} }
 
-// Name is the peer's name, as given to NewSet.
-func (s *Set) Name() string { return s.name }
-
 // Begin checks one Acquire or TryAcquire call: the key (dlock.ValidateKey), the TTL
 // (dlock.DefaultTTL when unset, dlock.ValidateTTL) and that the client is open.
 func (s *Set) Begin(key string, opts []dlock.Option) (dlock.AcquireOptions, error) {
