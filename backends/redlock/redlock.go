@@ -229,6 +229,7 @@ type round struct {
 	won     bool   // a majority said yes
 	ctxErr  error  // the caller's ctx ended before the decision
 	settled chan struct{}
+	ended   []chan struct{} // per master: closed when its request has ended
 }
 
 // poll sends op to every master in parallel, each request bounded by timeout (a
@@ -240,7 +241,10 @@ type round struct {
 // it gets the request's real outcome.
 func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool)) *round {
 	n := len(d.nodes)
-	r := &round{settled: make(chan struct{})}
+	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n)}
+	for i := range r.ended {
+		r.ended[i] = make(chan struct{})
+	}
 	votes := make(chan vote, n)
 	decided := make(chan struct{})
 	var left atomic.Int32
@@ -257,6 +261,7 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 				})
 			}
 			v := d.send(ctx, decided, i, timeout, op, report)
+			close(r.ended[i])
 			v.node = i
 			report(v)
 			if then != nil {
@@ -381,7 +386,7 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	})
 	if r.won {
 		return &lock{d: d, key: key, value: value, ttl: ttl, validUntil: start.Add(ttl - d.cfg.drift(ttl)),
-			released: make([]atomic.Bool, len(d.nodes)), settled: r.settled, settleWithin: longest}, nil
+			released: make([]atomic.Bool, len(d.nodes)), acquired: r.ended, settleWithin: longest}, nil
 	}
 	if r.ctxErr == nil && d.tooMany(r, failed) {
 		// The masters are down or hung: say so now; the releases of step 4 go on in
@@ -454,21 +459,27 @@ type lock struct {
 	ttl        time.Duration // the last TTL set (for the per-node timeout of Unlock)
 	validUntil time.Time     // start of the last grant or refresh + ttl − drift
 	released   []atomic.Bool // per master: our key is gone there (for a retried Unlock)
-	// settled is closed when the acquire's requests have all ended, which takes at
-	// most settleWithin on clients with ContextTimeoutEnabled.
-	settled      <-chan struct{}
+	// acquired[i] is closed when the acquire's request to master i has ended, which
+	// takes at most settleWithin on clients with ContextTimeoutEnabled.
+	acquired     []chan struct{}
 	settleWithin time.Duration
 }
 
-// awaitAcquire waits until the acquire requests still in flight have ended, at most
+// awaitAcquire waits until the acquire request to master i has ended, at most
 // settleWithin (a request past it stays in flight only on a client without
 // ContextTimeoutEnabled; a delete that overtakes it leaves the key there until its
-// TTL).
-func (l *lock) awaitAcquire() {
+// TTL). A refresh sent before it would find "not ours"; a delete would be
+// overtaken.
+func (l *lock) awaitAcquire(i int) {
+	select {
+	case <-l.acquired[i]:
+		return
+	default:
+	}
 	t := time.NewTimer(l.settleWithin)
 	defer t.Stop()
 	select {
-	case <-l.settled:
+	case <-l.acquired[i]:
 	case <-t.C:
 	}
 }
@@ -483,7 +494,6 @@ func (l *lock) Token() uint64 { return 0 }
 // longer hold our value, and an error wrapping dlock.ErrUnavailable when too few
 // clear answers came: the lease then keeps its old validity deadline.
 func (l *lock) Refresh(ctx context.Context, ttl time.Duration) error {
-	l.awaitAcquire() // a master still busy with our acquire would answer "not ours"
 	start := time.Now()
 	if !start.Before(l.validUntil) {
 		return fmt.Errorf("%w: redlock: the validity of %q is over", dlock.ErrNotHeld, l.key)
@@ -491,6 +501,7 @@ func (l *lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	ctx, cancel := context.WithDeadline(ctx, l.validUntil)
 	defer cancel()
 	r := l.d.poll(ctx, l.d.nodeTimeout(ttl), func(ctx context.Context, i int) vote {
+		l.awaitAcquire(i)
 		return voteOf(redisops.Refresh(ctx, l.d.nodes[i].c, l.key, l.value, ttl))
 	}, nil)
 	if r.won {
@@ -520,11 +531,11 @@ func (l *lock) outcome(r *round, what string) error {
 // it, and an error wrapping dlock.ErrUnavailable when too few clear answers came
 // (Unlock may then be retried; masters already done are not asked again).
 func (l *lock) Unlock(ctx context.Context) error {
-	l.awaitAcquire() // a delete must not overtake our own acquire on a slow master
 	r := l.d.poll(ctx, l.d.nodeTimeout(l.ttl), func(ctx context.Context, i int) vote {
 		if l.released[i].Load() {
 			return vote{answer: yes}
 		}
+		l.awaitAcquire(i)
 		v := l.d.releaseNode(ctx, i, l.key, l.value)
 		if v.answer == yes {
 			l.released[i].Store(true)
