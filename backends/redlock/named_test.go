@@ -8,6 +8,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
 func key(t testing.TB) string { return "redlock-test/" + t.Name() }
@@ -344,4 +345,40 @@ func TestDefaultNodeTimeout(t *testing.T) {
 			t.Errorf("DefaultNodeTimeout(%v) = %v, want %v", ttl, got, want)
 		}
 	}
+}
+
+// Kleppmann's clock argument, reproduced: when the wall clocks of a majority of
+// masters jump forward, they expire the key early and a second client is granted a
+// majority while the first lease is live. (One jumping master is harmless: fault
+// scenario ClockJump in TestFaults.)
+func TestClockJumpOnMajorityLetsASecondClientIn(t *testing.T) {
+	var rs []*servers.Redis
+	for range 3 {
+		rs = append(rs, servertest.NewRedis(t, servers.RedisOptions{FakeTimeOffset: "+0"}))
+	}
+	rs = append(rs, servertest.RedisMasters(t, 2)...)
+	a, b := newLocker(t, rs), newLocker(t, rs)
+	k := key(t)
+	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("before the jump: want ErrNotAcquired, got %v", err)
+	}
+	for _, r := range rs[:3] {
+		if err := r.ShiftClock(ctxFor(t, time.Minute), "+60s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("weakness did not reproduce: after 3 masters' clocks jumped 60s, the second client was refused: %v", err)
+	}
+	if !live(la) {
+		t.Fatalf("the first lease ended (%v) before the second grant", la.Err())
+	}
+	t.Logf("two live leases after a clock jump on 3 of 5 masters")
+	_ = lb.Release(ctxFor(t, 10*time.Second))
+	_ = la.Release(ctxFor(t, 10*time.Second))
 }

@@ -22,12 +22,12 @@ import (
 // neither).
 //
 // The opener refuses a host named twice. It pings every master in parallel and
-// fails (wrapping dlock.ErrUnavailable) unless a majority answer; masters that are
+// fails (wrapping dlock.ErrUnavailable) unless a majority answer within 2s; masters that are
 // down are used as soon as they come back.
 const Scheme = "redlock"
 
-// openTimeout bounds the PINGs of the opener when ctx has no deadline.
-const openTimeout = 5 * time.Second
+// openTimeout bounds each PING of the opener.
+const openTimeout = 2 * time.Second
 
 func init() {
 	dlock.Register(Scheme, open)
@@ -117,11 +117,8 @@ func urlHosts(u *url.URL) ([]string, int, error) {
 
 // pingMajority pings every master in parallel and fails unless a majority answer.
 func pingMajority(ctx context.Context, hosts []string, clients []redis.UniversalClient) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, openTimeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
 	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
 	for i, c := range clients {
