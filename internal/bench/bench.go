@@ -81,7 +81,7 @@ type Config struct {
 // DefaultConfig is the configuration of `dlock bench` without flags.
 var DefaultConfig = Config{
 	Duration: 3 * time.Second, Clients: 8, ManyClients: 64, Keys: 1000,
-	Rounds: 300, Warmup: 20, AllocCycles: 200,
+	Rounds: 1000, Warmup: 20, AllocCycles: 200,
 	CrashTrials: 3, CrashTimeout: 2 * time.Second, TTL: 10 * time.Second,
 }
 

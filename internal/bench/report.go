@@ -105,12 +105,12 @@ func (r *Results) Markdown() string {
 			cells = append(cells, "–", "–", "–")
 		}
 		if k := row.Contended; k != nil {
-			cells = append(cells, fmt.Sprintf("%.0f", k.Rate), fmt.Sprintf("%.0f", k.TransferRate), dur(k.Wait.Max), fmt.Sprintf("%.1f", k.MaxOverMean()), fmt.Sprintf("%.3f", k.Jain))
+			cells = append(cells, fmt.Sprintf("%.0f", k.Rate)+unavail(k.Unavailable), fmt.Sprintf("%.0f", k.TransferRate), dur(k.Wait.Max), fmt.Sprintf("%.1f", k.MaxOverMean()), fmt.Sprintf("%.3f", k.Jain))
 		} else {
 			cells = append(cells, "–", "–", "–", "–", "–")
 		}
 		if m := row.ManyKeys; m != nil {
-			cells = append(cells, fmt.Sprintf("%.0f", m.Rate))
+			cells = append(cells, fmt.Sprintf("%.0f", m.Rate)+unavail(m.Unavailable))
 		} else {
 			cells = append(cells, "–")
 		}
@@ -157,6 +157,14 @@ func (r *Results) Markdown() string {
 		"Allocations = heap allocations of the whole process per Acquire+Release over %d cycles (the etcd server runs in this process: its allocations are in the etcd rows, raw included).\n",
 		c.Rounds, c.Warmup, c.TTL, c.Clients, c.Duration, c.ManyClients, c.Keys, c.Duration, crashHold, c.CrashTrials, c.AllocCycles)
 	return b.String()
+}
+
+// unavail notes Acquire calls that failed with dlock.ErrUnavailable.
+func unavail(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d unavailable)", n)
 }
 
 func orDash(s string) string {

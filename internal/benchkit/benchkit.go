@@ -5,6 +5,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -151,7 +152,11 @@ type Contention struct {
 	// (barging past the waiters) adds a grant but no transfer.
 	Transfers    int
 	TransferRate float64 // transfers per second
-	Wait         Latency // time from asking to being granted
+	// Unavailable counts Acquire calls that failed with dlock.ErrUnavailable (the
+	// backend could not decide, e.g. no Redlock quorum answered in time); the client
+	// asked again.
+	Unavailable int
+	Wait        Latency // time from asking to being granted
 	// Jain is Jain's fairness index over the clients' grant counts: 1 when all got
 	// the same number, 1/Clients when one got everything.
 	Jain      float64
@@ -173,19 +178,21 @@ func (c Contention) MaxOverMean() float64 {
 
 // Contend runs one goroutine per locker (one client each) that acquires key, holds
 // it for hold, and releases it, over and over for d. Each Acquire waits as the
-// backend waits (wake-ups, queues or backoff). It returns the first error.
+// backend waits (wake-ups, queues or backoff); one that fails with
+// dlock.ErrUnavailable is counted and made again. It returns the first other error.
 func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold time.Duration, opts ...dlock.Option) (Contention, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		waits    []time.Duration
-		counts   = make([]int, len(lockers))
-		firstErr error
-		stop     atomic.Bool
-		last     = -1 // the client granted last
-		moves    int
+		wg          sync.WaitGroup
+		mu          sync.Mutex
+		waits       []time.Duration
+		counts      = make([]int, len(lockers))
+		firstErr    error
+		stop        atomic.Bool
+		last        = -1 // the client granted last
+		moves       int
+		unavailable atomic.Int64
 	)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -196,6 +203,10 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 			for !stop.Load() && time.Now().Before(deadline) {
 				t0 := time.Now()
 				ls, err := l.Acquire(ctx, key, opts...)
+				if errors.Is(err, dlock.ErrUnavailable) && ctx.Err() == nil {
+					unavailable.Add(1)
+					continue
+				}
 				if err != nil {
 					if ctx.Err() == nil {
 						mu.Lock()
@@ -237,7 +248,7 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 	elapsed := time.Since(start)
 	c := Contention{Clients: len(lockers), Handoffs: len(waits), Elapsed: elapsed,
 		Rate: float64(len(waits)) / elapsed.Seconds(), Wait: Summarize(waits), PerClient: counts, Jain: Jain(counts),
-		Transfers: moves, TransferRate: float64(moves) / elapsed.Seconds()}
+		Transfers: moves, TransferRate: float64(moves) / elapsed.Seconds(), Unavailable: int(unavailable.Load())}
 	return c, firstErr
 }
 
@@ -263,27 +274,33 @@ func Jain(xs []int) float64 {
 
 // Throughput is the outcome of many clients working on many keys.
 type Throughput struct {
-	Ops     int
-	Elapsed time.Duration
-	Rate    float64 // acquire+release cycles per second
-	Latency Latency
+	Ops int
+	// Unavailable counts cycles whose Acquire failed with dlock.ErrUnavailable; the
+	// client went on with the next key.
+	Unavailable int
+	Elapsed     time.Duration
+	Rate        float64 // acquire+release cycles per second
+	Latency     Latency
 }
 
 func (t Throughput) String() string {
-	return fmt.Sprintf("%.0f cycles/s (%d in %v), cycle p50=%v p99=%v", t.Rate, t.Ops, t.Elapsed.Round(time.Millisecond), t.Latency.P50, t.Latency.P99)
+	return fmt.Sprintf("%.0f cycles/s (%d in %v), cycle p50=%v p99=%v, %d unavailable", t.Rate, t.Ops, t.Elapsed.Round(time.Millisecond), t.Latency.P50, t.Latency.P99, t.Unavailable)
 }
 
 // ManyKeys runs one goroutine per locker; goroutine i cycles (acquire+release)
 // through keys, starting at a different offset, for d. Keys are prefix+"/"+n for
-// n < keys. Collisions between goroutines on a key are waited out.
+// n < keys. Collisions between goroutines on a key are waited out. A cycle whose
+// Acquire fails with dlock.ErrUnavailable is counted, not timed; other errors stop
+// the run and the first is returned.
 func ManyKeys(ctx context.Context, lockers []dlock.Locker, prefix string, keys int, d time.Duration, opts ...dlock.Option) (Throughput, error) {
 	ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
 	defer cancel()
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		samples  []time.Duration
-		firstErr error
+		wg          sync.WaitGroup
+		mu          sync.Mutex
+		samples     []time.Duration
+		firstErr    error
+		unavailable atomic.Int64
 	)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -296,6 +313,10 @@ func ManyKeys(ctx context.Context, lockers []dlock.Locker, prefix string, keys i
 				k := fmt.Sprintf("%s/%d", prefix, n%keys)
 				t0 := time.Now()
 				ls, err := l.Acquire(ctx, k, opts...)
+				if errors.Is(err, dlock.ErrUnavailable) && ctx.Err() == nil {
+					unavailable.Add(1)
+					continue
+				}
 				if err == nil {
 					err = ls.Release(ctx)
 				}
@@ -315,5 +336,6 @@ func ManyKeys(ctx context.Context, lockers []dlock.Locker, prefix string, keys i
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	return Throughput{Ops: len(samples), Elapsed: elapsed, Rate: float64(len(samples)) / elapsed.Seconds(), Latency: Summarize(samples)}, firstErr
+	return Throughput{Ops: len(samples), Elapsed: elapsed, Rate: float64(len(samples)) / elapsed.Seconds(), Latency: Summarize(samples),
+		Unavailable: int(unavailable.Load())}, firstErr
 }
