@@ -72,7 +72,7 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 		d, ok := duration(q, "session_timeout", 10*time.Second) // zklock.DefaultSessionTimeout
 		return Capabilities{Fencing: true, SessionTimeout: d}, ok
 	case "etcd":
-		return Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: 500 * time.Millisecond}, true // etcdlock.MinTTL
+		return Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: time.Second}, true // etcdlock.MinTTL
 	case "peer+bsm", "peer+redsync":
 		// Owner-checked release and refresh by a random value, no fencing.
 		return perLease, true

@@ -108,8 +108,8 @@ func compareFlags(fs *flag.FlagSet) {
 
 // target is one test package that compare runs.
 type target struct {
-	Name  string // what --backends calls it; also the label of its cells
-	Pkg   string // the package, relative to the module root
+	Name  string   // what --backends calls it; also the label of its cells
+	Pkg   string   // the package, relative to the module root
 	Group string   // "backends" or "peers"
 	Bench []string // its targets in internal/bench
 }
@@ -190,11 +190,14 @@ func compareCommand(fs *flag.FlagSet) int {
 	if slices.ContainsFunc(scen, func(s string) bool { return s != scenarioConformance && s != scenarioBench }) {
 		r.Trials = c.trials
 	}
-	prog := newProgress(os.Stderr, len(chosen)+boolInt(slices.Contains(scen, scenarioBench)))
-	var tests []target
-	if pattern := runPattern(scen); pattern != "" {
-		tests = chosen
-		for _, t := range tests {
+	pattern := runPattern(scen)
+	steps := boolInt(slices.Contains(scen, scenarioBench))
+	if pattern != "" {
+		steps += len(chosen)
+	}
+	prog := newProgress(os.Stderr, steps)
+	if pattern != "" {
+		for _, t := range chosen {
 			res := runTests(ctx, root, t, pattern, c.trials, c.out, prog)
 			r.Cells = append(r.Cells, res.cells...)
 			r.Failures = append(r.Failures, res.failures...)
@@ -255,7 +258,7 @@ func chooseTargets(list string) ([]target, error) {
 			out = append(out, t)
 		}
 	}
-	for _, name := range commaList(list) {
+	for _, name := range splitList(list) {
 		found := false
 		for _, t := range targets {
 			if name == "all" || name == t.Group || name == t.Name {
@@ -293,7 +296,7 @@ func allScenarios() []string {
 func chooseScenarios(list string) ([]string, error) {
 	known := allScenarios()
 	var out []string
-	for _, name := range commaList(list) {
+	for _, name := range splitList(list) {
 		if name == "all" {
 			out = append(out, known...)
 			continue
@@ -311,15 +314,6 @@ func chooseScenarios(list string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-func commaList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
 
 // runPattern returns the go test -run pattern for the chosen scenarios, or "" when
 // no test is to run (only Bench). Subtest names of the suite are CamelCase; harness

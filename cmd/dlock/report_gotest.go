@@ -177,9 +177,13 @@ func leafFailures(pkg string, failed []string) []string {
 }
 
 // cellBackend names the backend of a cell. A harness without a Name method leaves
-// the test's name (TestConformance, TestConformanceSETNX/expire); those become the
-// target's name with the variant in parentheses.
+// the test binary's package and the test's name (redislock/TestConformance,
+// redislock/TestConformanceSETNX/setnx+expire); those become the target's name with
+// the variant in parentheses.
 func cellBackend(targetName, backend string) string {
+	if i := strings.Index(backend, "/TestConformance"); i >= 0 && !strings.Contains(backend[:i], "/") {
+		backend = backend[i+1:]
+	}
 	rest, ok := strings.CutPrefix(backend, "TestConformance")
 	if !ok {
 		return backend

@@ -59,6 +59,19 @@ func (p *progress) test(step, name string) {
 	}
 }
 
+// line reports a line of step's own progress (the benchmarks'): printed as it is
+// where there is no terminal, shown as the current activity where there is.
+func (p *progress) line(step, text string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.current = step + ": " + text
+	if p.tty {
+		p.draw(false)
+		return
+	}
+	fmt.Fprintf(p.f, "compare:   %s: %s\n", step, text)
+}
+
 // result records a finished test. Plain output names top-level tests and the
 // scenarios and properties (CamelCase subtests; harness groups are lower case).
 func (p *progress) result(step, name, action string, took time.Duration) {

@@ -6,6 +6,7 @@ import (
 	"html"
 	"html/template"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -161,9 +162,16 @@ func rateSVG(rs []Rate) string {
 	if len(rs) == 0 {
 		return ""
 	}
-	top := 0.0
+	// Scale to the fastest, unless it is more than ten times the next (the in-process
+	// backend): then it is drawn clipped, so that the others stay readable.
+	var sorted []float64
 	for _, r := range rs {
-		top = math.Max(top, r.PerSecond)
+		sorted = append(sorted, r.PerSecond)
+	}
+	slices.Sort(sorted)
+	top := sorted[len(sorted)-1]
+	if len(sorted) > 1 && sorted[len(sorted)-2] > 0 && top > 10*sorted[len(sorted)-2] {
+		top = 1.2 * sorted[len(sorted)-2]
 	}
 	if top <= 0 {
 		return ""
@@ -173,7 +181,8 @@ func rateSVG(rs []Rate) string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="hand-offs per second" width="%d" height="%d" viewBox="0 0 %d %d">`, chartW, h, chartW, h)
 	for i, r := range rs {
 		y := i*rowH + 4
-		w := math.Max(1, (plotW-80)*r.PerSecond/top)
+		w := math.Max(1, (plotW-80)*math.Min(r.PerSecond, top)/top)
+		clipped := r.PerSecond > top
 		label := r.Backend
 		if r.Clients > 0 {
 			label = fmt.Sprintf("%s (%d clients)", r.Backend, r.Clients)
@@ -181,7 +190,10 @@ func rateSVG(rs []Rate) string {
 		fmt.Fprintf(&b, `<g><title>%s</title>`, html.EscapeString(fmt.Sprintf("%s: %.1f/s", label, r.PerSecond)))
 		fmt.Fprintf(&b, `<text x="%d" y="%d" class="label" text-anchor="end">%s</text>`, labelW, y+rowH/2+2, html.EscapeString(label))
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" class="bar"/>`, plotLeft, y+2, w, rowH-8)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="axis">%.0f/s</text></g>`, float64(plotLeft)+w+6, y+rowH/2+2, r.PerSecond)
+		if clipped {
+			fmt.Fprintf(&b, `<path d="M%.1f %d l6 %d" class="clip"/>`, float64(plotLeft)+w-20, y, rowH-4)
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="axis">%.0f/s%s</text></g>`, float64(plotLeft)+w+6, y+rowH/2+2, r.PerSecond, map[bool]string{true: " (off scale)"}[clipped])
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
@@ -209,7 +221,8 @@ td[title] { cursor: help; }
 svg .grid { stroke: #e5e7eb; } svg .axis { font-size: 11px; fill: #57606a; } svg .label { font-size: 12px; fill: #1d2430; }
 svg .range { stroke: #2f6fdb; stroke-width: 6; stroke-linecap: round; opacity: 0.55; } svg .p50 { fill: #2f6fdb; }
 svg .tick { stroke: #1d2430; stroke-width: 2; } svg .max { stroke: #c0392b; stroke-width: 2; fill: none; }
-svg .bar { fill: #2f9e6a; }
+svg .bar { fill: #2f9e6a; } svg .clip { stroke: #fff; stroke-width: 4; }
+.scroll { overflow-x: auto; } table.speed th { white-space: normal; max-width: 9em; }
 .header li { margin: 2px 0; } .evidence li { font-size: 0.85em; margin: 4px 0; }
 #status { font-weight: 600; }
 </style>
@@ -220,20 +233,20 @@ svg .bar { fill: #2f9e6a; }
 <p id="status">{{if .Surprises}}{{.Surprises}} cell(s) differ from what their backend declares.{{else}}Every cell is what its backend declares.{{end}}</p>
 {{range .Matrices}}
 <h2>{{.Title}}</h2>
-<table class="matrix">
+<div class="scroll"><table class="matrix">
 <thead><tr><th class="backend">backend</th>{{range .Cols}}<th class="col">{{.}}</th>{{end}}</tr></thead>
 <tbody>{{range .Rows}}<tr><td class="backend">{{.Backend}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}</td>{{end}}</tr>
 {{end}}</tbody>
-</table>
+</table></div>
 {{end}}
 {{if .Matrices}}<p class="legend">{{range .Legend}}<span class="{{.Kind}}">{{.Text}}</span>{{end}}</p>{{end}}
 {{with .Speed}}
 <h2>Speed</h2>
-<table class="speed">
+<div class="scroll"><table class="speed">
 <thead><tr><th class="backend">backend</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr></thead>
 <tbody>{{range .Rows}}<tr><td class="backend">{{.Backend}}</td>{{range .Values}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</tbody>
-</table>
+</table></div>
 {{range .Notes}}<p>{{.}}</p>{{end}}
 {{end}}
 {{if .Latency}}<h2>Latency distribution: uncontended acquire + release</h2>

@@ -24,7 +24,7 @@ type Report struct {
 	Command string `json:"command"` // how to reproduce the run
 	Trials  int    `json:"trials"`  // trials per fault scenario
 	// Cells: backend × scenario × property outcomes. Conformance cells have scenario
-	// "Conformance"; fault cells name their scenario and the property MutualExclusion.
+	// "Conformance"; fault cells name their scenario and the property it threatens.
 	Cells []conformance.Cell `json:"cells"`
 	Speed *Speed             `json:"speed,omitempty"`
 	// Failures: tests that failed while the report was made (surprises included),
@@ -198,7 +198,7 @@ type matrix struct {
 // the fault matrix (backend × scenario), each in the suite's order.
 func (r *Report) matrices() []matrix {
 	conf := matrix{Title: "Conformance (backend × property)", Cell: map[[2]string]conformance.Cell{}}
-	faults := matrix{Title: "Faults (backend × scenario: mutual exclusion under the fault)", Cell: map[[2]string]conformance.Cell{}}
+	faults := matrix{Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]conformance.Cell{}}
 	for _, c := range r.Cells {
 		m, col := &faults, c.Scenario
 		if c.Scenario == "Conformance" {

@@ -173,6 +173,9 @@ func (r *Report) WriteSummary(w io.Writer) {
 			fmt.Fprintf(tw, "%s\t%s\t\n", row.Backend, strings.Join(row.Values, "\t"))
 		}
 		tw.Flush()
+		for _, n := range r.Speed.Notes {
+			fmt.Fprintf(w, "%s\n", n)
+		}
 	}
 	for _, c := range r.Surprises() {
 		fmt.Fprintf(w, "!! %s, %s / %s: %s, declared %s; %s\n", c.Backend, c.Scenario, c.Property, c.Status, c.Expected, strings.Join(c.Evidence, "; "))

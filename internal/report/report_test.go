@@ -1,0 +1,147 @@
+package report
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock/conformance"
+)
+
+func cell(backend, scenario, property string, status, expected conformance.Status, trials, violations int) conformance.Cell {
+	return conformance.Cell{Backend: backend, Scenario: scenario, Property: property, Status: status,
+		Expected: expected, Trials: trials, Violations: violations}
+}
+
+func sample() *Report {
+	return &Report{Date: "2026-01-02T03:04:05Z", Machine: "test machine", Command: "dlock compare --x", Trials: 3,
+		Cells: []conformance.Cell{
+			// Out of the suite's order on purpose: the matrix puts columns in order.
+			cell("b", "Conformance", "Expiry", conformance.Held, conformance.Held, 1, 0),
+			cell("a", "Conformance", "MutualExclusion", conformance.Violated, conformance.Violated, 1, 1),
+			cell("a", "Conformance", "Expiry", conformance.NotApplicable, conformance.NotApplicable, 1, 0),
+			cell("a", "HolderPause", "MutualExclusion", conformance.Violated, conformance.Violated, 3, 3),
+			cell("a", "HolderCrash", "MutualExclusion", conformance.Held, conformance.Held, 3, 0),
+			cell("b", "HolderCrash", "MutualExclusion", conformance.Violated, conformance.Held, 3, 1),
+		}}
+}
+
+func TestMatricesOrder(t *testing.T) {
+	ms := sample().matrices()
+	if len(ms) != 2 {
+		t.Fatalf("%d matrices, want conformance and faults", len(ms))
+	}
+	if got := strings.Join(ms[0].Cols, ","); got != "MutualExclusion,Expiry" {
+		t.Errorf("conformance columns %s, want the suite's order MutualExclusion,Expiry", got)
+	}
+	if got := strings.Join(ms[1].Cols, ","); got != "HolderCrash,HolderPause" {
+		t.Errorf("fault columns %s, want HolderCrash,HolderPause", got)
+	}
+	if got := strings.Join(ms[0].Rows, ","); got != "b,a" {
+		t.Errorf("rows %s, want first-seen order b,a", got)
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	md := sample().Markdown()
+	for _, want := range []string{
+		"- Date: 2026-01-02T03:04:05Z", "- Command: `dlock compare --x`",
+		"| backend | MutualExclusion | Expiry |",
+		"| a | ⚠️ violated | – |", "| b | – | ✅ |",
+		"| backend | HolderCrash | HolderPause |",
+		"| a | ✅ 3/3 | ⚠️ violated 3/3 |",
+		"| b | ❌ violated 1/3 (declared: held) | – |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestSummaryNamesSurprises(t *testing.T) {
+	var b strings.Builder
+	r := sample()
+	r.Failures = []string{"backends/x: TestFaults/HolderCrash"}
+	r.WriteSummary(&b)
+	out := b.String()
+	for _, want := range []string{"!!violated", "weak 3/3", "!! b, HolderCrash / MutualExclusion: violated, declared held", "FAILED backends/x: TestFaults/HolderCrash"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if n := len(r.Surprises()); n != 1 {
+		t.Errorf("%d surprises, want 1", n)
+	}
+	ok := &Report{Cells: sample().Cells[:5]}
+	if n := len(ok.Surprises()); n != 0 {
+		t.Errorf("%d surprises in a report without any", n)
+	}
+}
+
+func TestHTMLSelfContained(t *testing.T) {
+	r := sample()
+	r.Speed = &Speed{Columns: []string{"p50"}, Rows: []SpeedRow{{Backend: "a", Values: []string{"1ms"}}},
+		Latency:  []Latency{{Backend: "a", N: 10, P50: 1e6, P99: 3e6, Max: 5e6}, {Backend: "<b>", N: 10, P50: 2e3, P99: 5e3, Max: 9e3}},
+		Handoffs: []Rate{{Backend: "a", Clients: 8, PerSecond: 1000}, {Backend: "m", Clients: 8, PerSecond: 1e6}, {Backend: "c", PerSecond: 10}}}
+	page, err := r.HTML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(page)
+	for _, bad := range []string{"http://", "https://", "src=", "@import", "url("} {
+		// The SVG namespace is the one URL allowed: it is a name, never fetched.
+		if strings.Contains(strings.ReplaceAll(html, `xmlns="http://www.w3.org/2000/svg"`, ""), bad) {
+			t.Errorf("the page refers to something outside itself: %q", bad)
+		}
+	}
+	for _, want := range []string{"<svg", `class="surprise"`, "off scale", "&lt;b&gt;", `data-rendered`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(html, "<b>") {
+		t.Error("a backend name was not escaped")
+	}
+}
+
+func TestFromDir(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := FromDir(dir); err == nil || !strings.Contains(err.Error(), "no report.json") {
+		t.Fatalf("empty directory: %v, want an error that says what is missing", err)
+	}
+	// Cell files as conformance writes them.
+	for name, cells := range map[string][]conformance.Cell{
+		"conformance-a.json": sample().Cells[:3],
+		"faults-a.json":      sample().Cells[3:],
+	} {
+		data, _ := json.Marshal(map[string]any{"cells": cells})
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := FromDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Cells) != len(sample().Cells) {
+		t.Fatalf("%d cells, want %d", len(r.Cells), len(sample().Cells))
+	}
+	// A report.json, once written, is what FromDir reads.
+	out := t.TempDir()
+	r.Date = "written"
+	if _, err := r.WriteFiles(out); err != nil {
+		t.Fatal(err)
+	}
+	back, err := FromDir(out)
+	if err != nil || back.Date != "written" || len(back.Cells) != len(r.Cells) {
+		t.Fatalf("FromDir(report.json): %+v, %v", back, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "faults-bad.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromDir(dir); err == nil || !strings.Contains(err.Error(), "faults-bad.json") {
+		t.Errorf("a broken cell file: %v, want an error naming it", err)
+	}
+}
