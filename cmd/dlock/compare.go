@@ -258,7 +258,7 @@ func chooseTargets(list string) ([]target, error) {
 			out = append(out, t)
 		}
 	}
-	for _, name := range splitList(list) {
+	for _, name := range benchSplit(list) {
 		found := false
 		for _, t := range targets {
 			if name == "all" || name == t.Group || name == t.Name {
@@ -296,7 +296,7 @@ func allScenarios() []string {
 func chooseScenarios(list string) ([]string, error) {
 	known := allScenarios()
 	var out []string
-	for _, name := range splitList(list) {
+	for _, name := range benchSplit(list) {
 		if name == "all" {
 			out = append(out, known...)
 			continue
