@@ -2,7 +2,7 @@
 GO ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: all deps test vet unit bench compose-config compose-up compose-down
+.PHONY: all deps test vet unit bench compare compose-config compose-up compose-down
 
 all: test
 
@@ -24,6 +24,11 @@ unit:
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# compare: the main job — the conformance suite, the fault campaign and the benchmarks of
+# every backend and peer on real servers; writes report/report.{json,md,html}.
+compare: deps
+	$(GO) run ./cmd/dlock compare --out report
 
 compose-config:
 	docker-compose -f compose/docker-compose.yml config -q
