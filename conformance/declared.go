@@ -73,8 +73,12 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 		return Capabilities{Fencing: true, SessionTimeout: d}, ok
 	case "etcd":
 		return Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: time.Second}, true // etcdlock.MinTTL
-	case "peer+bsm", "peer+redsync":
+	case "peer+bsm":
 		// Owner-checked release and refresh by a random value, no fencing.
+		return perLease, true
+	case "peer+redsync":
+		// The same; redsync's own timing (drift, retry delay) wants TTLs from 300ms.
+		perLease.MinTTL = 300 * time.Millisecond
 		return perLease, true
 	case "peer+etcd":
 		ttl := 60 // concurrency.NewSession's default TTL, seconds
