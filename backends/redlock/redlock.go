@@ -393,7 +393,10 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 		// the background (Close waits for them) instead of costing another timeout.
 		return nil, d.undecided(r, fmt.Sprintf("acquire %q", key))
 	}
-	<-r.settled // every release of step 4 is done: nothing of ours is left behind
+	// Every release of step 4 is done: nothing of ours is left behind. (A request to a
+	// hung master on a client without ContextTimeoutEnabled may outlast longest; its
+	// release then follows in the background.)
+	waitAtMost(r.settled, 2*longest)
 	if r.ctxErr != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: %w", key, r.ctxErr)
 	}
@@ -470,16 +473,19 @@ type lock struct {
 // ContextTimeoutEnabled; a delete that overtakes it leaves the key there until its
 // TTL). A refresh sent before it would find "not ours"; a delete would be
 // overtaken.
-func (l *lock) awaitAcquire(i int) {
+func (l *lock) awaitAcquire(i int) { waitAtMost(l.acquired[i], l.settleWithin) }
+
+// waitAtMost waits until ch is closed or d has passed.
+func waitAtMost(ch <-chan struct{}, d time.Duration) {
 	select {
-	case <-l.acquired[i]:
+	case <-ch:
 		return
 	default:
 	}
-	t := time.NewTimer(l.settleWithin)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-l.acquired[i]:
+	case <-ch:
 	case <-t.C:
 	}
 }
