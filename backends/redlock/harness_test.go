@@ -24,6 +24,9 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	return redlock.New(clients(t, h.rs))
 }
 
+// Name labels the results in reports (dlock compare).
+func (h *harness) Name() string { return "redlock" }
+
 func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: redlock.MinTTL}
 }
