@@ -482,7 +482,9 @@ func (f *faults) leaderKill(t *testing.T, c *Cell) {
 					g.add(time.Now())
 					time.Sleep(time.Millisecond) // the critical section's work
 					res.Leave(name)
-					_ = lease.Release(context.WithoutCancel(ctx))
+					rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_ = lease.Release(rctx) // may fail mid-election: the lease then expires
+					rcancel()
 				}
 			}()
 		}
