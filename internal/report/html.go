@@ -211,7 +211,7 @@ h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom:
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #d0d7de; padding: 4px 7px; text-align: center; white-space: nowrap; }
 th.backend, td.backend { text-align: left; font-weight: 600; }
-th.col { writing-mode: vertical-rl; transform: rotate(180deg); height: 9em; vertical-align: bottom; }
+th.col { writing-mode: vertical-rl; transform: rotate(180deg); height: 11em; vertical-align: bottom; }
 td.held { background: #c8efcf; } td.weak { background: #ffd98a; } td.unavailable { background: #cfe0ff; }
 td.surprise { background: #ff8f8f; font-weight: 700; } td.na, td.none { background: #f3f4f6; color: #8a94a3; }
 td[title] { cursor: help; }
