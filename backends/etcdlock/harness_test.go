@@ -27,6 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	conformance.ChildMain()
 	if os.Getenv(clusterChildEnv) == "1" {
 		serveCluster()
 		return

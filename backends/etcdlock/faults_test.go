@@ -1,0 +1,69 @@
+package etcdlock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+// faultHarness adds the fault campaign's hooks to the conformance harness: the
+// etcd:// URL for holder processes, a client whose link can be blackholed, a restart
+// of the (private, embedded) member with its data, or the leader kill of a cluster.
+type faultHarness struct {
+	*harness
+	member *servers.Etcd // restarted by RestartServers
+}
+
+func (h *faultHarness) URL(t testing.TB) string {
+	return "etcd://" + strings.Join(h.endpoints, ",") + h.prefix
+}
+
+// proxyLink blackholes and restores every link of one client.
+type proxyLink []*servers.Proxy
+
+func (l proxyLink) Blackhole() {
+	for _, p := range l {
+		p.Blackhole()
+	}
+}
+
+func (l proxyLink) Restore() {
+	for _, p := range l {
+		p.Restore()
+	}
+}
+
+func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
+	l := h.NewLocker(t)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return l, proxyLink(h.proxies[l])
+}
+
+// singleFaults is a one-member deployment: restart applies.
+type singleFaults struct{ *faultHarness }
+
+func (h singleFaults) RestartServers(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.member.Restart(ctx, true); err != nil {
+		t.Fatalf("restart etcd: %v", err)
+	}
+}
+
+// TestFaults runs the fault campaign on one etcd member: holder crash and pause
+// (child processes), a member restart with its data, and a blackholed holder. The
+// leader kill under contention is TestLeaderKilledDuringContention: an embedded
+// member killed abruptly leaves goroutines behind (or, in a child process, can
+// crash it), which a RunFaults cluster here would mistake for our leaks.
+func TestFaults(t *testing.T) {
+	e := servertest.NewEtcd(t)
+	h := &faultHarness{harness: newHarness(t, e.Endpoints()), member: e}
+	conformance.RunFaults(t, "etcd", singleFaults{h}, nil)
+}
