@@ -105,9 +105,9 @@ func TestThreeOfFiveKilledUnavailable(t *testing.T) {
 		t0 := time.Now()
 		var err error
 		if try {
-			_, err = l.TryAcquire(ctxFor(t, time.Minute), key(t))
+			_, err = l.TryAcquire(ctxFor(t, time.Minute), key(t)+"/try")
 		} else {
-			_, err = l.Acquire(ctxFor(t, time.Minute), key(t))
+			_, err = l.Acquire(ctxFor(t, time.Minute), key(t)+"/acquire")
 		}
 		took := time.Since(t0)
 		if !errors.Is(err, dlock.ErrUnavailable) {
@@ -381,4 +381,42 @@ func TestClockJumpOnMajorityLetsASecondClientIn(t *testing.T) {
 	t.Logf("two live leases after a clock jump on 3 of 5 masters")
 	_ = lb.Release(ctxFor(t, 10*time.Second))
 	_ = la.Release(ctxFor(t, 10*time.Second))
+}
+
+// A waiter is woken by the release (pub/sub on the masters), not by its backoff: with
+// a 10s retry delay and a 30s lease, it is granted right after the release.
+func TestReleaseWakesWaiter(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	a, b := newLocker(t, rs), newLocker(t, rs)
+	k := key(t)
+	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ls dlock.Lease
+		err error
+		at time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		ls, err := b.Acquire(ctxFor(t, 20*time.Second), k, dlock.WithRetry(dlock.LinearBackoff(10*time.Second)))
+		got <- result{ls, err, time.Now()}
+	}()
+	// Wait until b is waiting: its attempts are refused and it has subscribed.
+	time.Sleep(500 * time.Millisecond) // b's waiting state has no signal; only its timing is tested
+	released := time.Now()
+	if err := la.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if late := r.at.Sub(released); late > 2*time.Second {
+		t.Errorf("the waiter was granted %v after the release (its retry delay is 10s): not woken", late)
+	} else {
+		t.Logf("granted %v after the release", late.Round(time.Millisecond))
+	}
+	_ = r.ls.Release(ctxFor(t, 10*time.Second))
 }

@@ -23,6 +23,9 @@
 //     majority extended the lock within its validity, Release when a majority deleted
 //     it (owner-checked: only keys holding our value are touched).
 //
+// Waiters are woken by the release messages of the masters (Subscribe, in wake.go)
+// and otherwise retry after the retry strategy's random delay.
+//
 // Not guaranteed (see the docs page): mutual exclusion when a master restarts without
 // persistence before a TTL has passed (the declared weakness, reproduced by
 // TestRestartWithoutPersistenceLetsASecondClientIn), when clocks of a majority of
@@ -148,14 +151,15 @@ func newDriver(clients []redis.UniversalClient, c config) *redlockDriver {
 			seen[addr] = true
 			name += " (" + addr + ")"
 		}
-		d.nodes = append(d.nodes, node{c: cl, name: name, slots: make(chan struct{}, c.maxInFlight)})
+		d.nodes = append(d.nodes, node{c: cl, name: name, releases: redisops.NewReleases(cl), slots: make(chan struct{}, c.maxInFlight)})
 	}
 	return d
 }
 
 type node struct {
-	c    redis.UniversalClient
-	name string
+	c        redis.UniversalClient
+	name     string
+	releases *redisops.Releases // release messages of this master, for waiters
 	// slots bounds the requests in flight to this master (WithMaxInFlight); the
 	// per-node timeout of a request starts once it has a slot, so that it measures
 	// the master, not this process's own queue.
@@ -441,14 +445,16 @@ func voteOf(ok bool, err error) vote {
 
 func (d *redlockDriver) Close() error {
 	d.inflight.Wait()
-	if !d.cfg.ownsClients {
-		return nil
-	}
 	var errs []error
 	for i := range d.nodes {
 		n := &d.nodes[i]
-		if err := n.c.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+		if err := n.releases.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: release messages: %w", n.name, err))
+		}
+		if d.cfg.ownsClients {
+			if err := n.c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
