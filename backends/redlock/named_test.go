@@ -394,9 +394,9 @@ func TestReleaseWakesWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		ls dlock.Lease
+		ls  dlock.Lease
 		err error
-		at time.Time
+		at  time.Time
 	}
 	got := make(chan result, 1)
 	go func() {
