@@ -27,6 +27,7 @@ const tick = 200 * time.Millisecond
 var fastReaping bool
 
 func TestMain(m *testing.M) {
+	conformance.ChildMain()
 	// ZooKeeper reaps empty container nodes every minute by default; the servers this
 	// test binary starts inherit this and reap every 200ms (TestEmptyDirectoriesGo).
 	// Benchmarks keep the default, as a deployment would.
