@@ -1,6 +1,6 @@
 package main
 
-// The backends whose URL schemes dlock understands. A blank import registers a
+// The backends (and peers) whose URL schemes dlock understands. A blank import registers a
 // package's schemes with dlock.Open.
 import (
 	_ "github.com/dlock-go/dlock/backends/etcdlock"
@@ -9,6 +9,14 @@ import (
 	_ "github.com/dlock-go/dlock/backends/redislock"
 	_ "github.com/dlock-go/dlock/backends/redlock"
 	_ "github.com/dlock-go/dlock/backends/zklock"
+
+	// The peers (other libraries adapted to dlock.Locker) under peer+… schemes, so
+	// that `dlock check` and `dlock run` can use them too.
+	_ "github.com/dlock-go/dlock/peers/bsmpeer"
+	_ "github.com/dlock-go/dlock/peers/etcdpeer"
+	_ "github.com/dlock-go/dlock/peers/getlockpeer"
+	_ "github.com/dlock-go/dlock/peers/redsyncpeer"
+	_ "github.com/dlock-go/dlock/peers/zkpeer"
 
 	"github.com/redis/go-redis/v9/logging"
 )
