@@ -105,7 +105,7 @@ func (r *Results) Markdown() string {
 			cells = append(cells, "–", "–", "–")
 		}
 		if k := row.Contended; k != nil {
-			cells = append(cells, fmt.Sprintf("%.0f", k.Rate)+unavail(k.Unavailable), fmt.Sprintf("%.0f", k.TransferRate), dur(k.Wait.Max), fmt.Sprintf("%.1f", k.MaxOverMean()), fmt.Sprintf("%.3f", k.Jain))
+			cells = append(cells, fmt.Sprintf("%.0f", k.Rate)+unavail(k.Unavailable)+lostNote(k.Lost), fmt.Sprintf("%.0f", k.TransferRate), dur(k.Wait.Max), fmt.Sprintf("%.1f", k.MaxOverMean()), fmt.Sprintf("%.3f", k.Jain))
 		} else {
 			cells = append(cells, "–", "–", "–", "–", "–")
 		}
@@ -165,6 +165,14 @@ func unavail(n int) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%d unavailable)", n)
+}
+
+// lostNote notes releases that found their lock gone (a lease lost while held).
+func lostNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d leases lost)", n)
 }
 
 func orDash(s string) string {

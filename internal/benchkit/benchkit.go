@@ -156,7 +156,10 @@ type Contention struct {
 	// backend could not decide, e.g. no Redlock quorum answered in time); the client
 	// asked again.
 	Unavailable int
-	Wait        Latency // time from asking to being granted
+	// Lost counts releases that found the lock no longer theirs (dlock.ErrNotHeld):
+	// a lease lost while held — under contention, a backend's weakness showing.
+	Lost int
+	Wait Latency // time from asking to being granted
 	// Jain is Jain's fairness index over the clients' grant counts: 1 when all got
 	// the same number, 1/Clients when one got everything.
 	Jain      float64
@@ -193,6 +196,7 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 		last        = -1 // the client granted last
 		moves       int
 		unavailable atomic.Int64
+		lost        int
 	)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -233,6 +237,10 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 				mu.Lock()
 				waits = append(waits, w)
 				counts[i]++
+				if errors.Is(err, dlock.ErrNotHeld) {
+					lost++
+					err = nil
+				}
 				if err != nil {
 					firstErr = cmpErr(firstErr, fmt.Errorf("client %d: release: %w", i, err))
 					cancel()
@@ -248,7 +256,7 @@ func Contend(ctx context.Context, lockers []dlock.Locker, key string, d, hold ti
 	elapsed := time.Since(start)
 	c := Contention{Clients: len(lockers), Handoffs: len(waits), Elapsed: elapsed,
 		Rate: float64(len(waits)) / elapsed.Seconds(), Wait: Summarize(waits), PerClient: counts, Jain: Jain(counts),
-		Transfers: moves, TransferRate: float64(moves) / elapsed.Seconds(), Unavailable: int(unavailable.Load())}
+		Transfers: moves, TransferRate: float64(moves) / elapsed.Seconds(), Unavailable: int(unavailable.Load()), Lost: lost}
 	return c, firstErr
 }
 
