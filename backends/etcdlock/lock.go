@@ -142,6 +142,14 @@ func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (d
 			return d.grant(key, name, rev, rev, ls), nil
 		}
 		seen, err := d.wait(ctx, queue, name, rev, preds, ls)
+		if err == nil {
+			// The lease was renewed every third of its TTL while we queued: renew it
+			// once more, so that the lock is valid for its whole TTL from the grant.
+			err = ls.renew(ctx, d.cli)
+			if errors.Is(err, dlock.ErrNotHeld) {
+				err = errLeaseLost
+			}
+		}
 		switch {
 		case errors.Is(err, errLeaseLost) && ctx.Err() == nil:
 			continue // we dropped out of the queue: queue again with a new lease
