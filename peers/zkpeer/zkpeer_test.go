@@ -13,9 +13,15 @@ import (
 	"github.com/dlock-go/dlock/peers/zkpeer"
 )
 
-func TestMain(m *testing.M) { servertest.Main(m) }
+func TestMain(m *testing.M) {
+	conformance.ChildMain() // returns at once unless a fault scenario started this process as a holder
+	servertest.Main(m)
+}
 
-const sessionTimeout = 2 * time.Second
+const (
+	sessionTimeout = 2 * time.Second
+	root           = "/dlock-peers"
+)
 
 // harness gives the suite clients of the shared ZooKeeper, each with its own session
 // through its own proxy, so that one client can vanish.
@@ -32,7 +38,7 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	p := servertest.Proxy(t, h.z.Addr())
-	l, err := zkpeer.Connect([]string{p.Addr()}, sessionTimeout, zkpeer.WithRoot("/dlock-peers"))
+	l, err := zkpeer.Connect([]string{p.Addr()}, sessionTimeout, zkpeer.WithRoot(root))
 	if err != nil {
 		t.Fatal(err)
 	}
