@@ -24,26 +24,11 @@ func (h *faultHarness) URL(t testing.TB) string {
 	return "etcd://" + strings.Join(h.endpoints, ",") + h.prefix
 }
 
-// proxyLink blackholes and restores every link of one client.
-type proxyLink []*servers.Proxy
-
-func (l proxyLink) Blackhole() {
-	for _, p := range l {
-		p.Blackhole()
-	}
-}
-
-func (l proxyLink) Restore() {
-	for _, p := range l {
-		p.Restore()
-	}
-}
-
 func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
 	l := h.NewLocker(t)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return l, proxyLink(h.proxies[l])
+	return l, servers.Proxies(h.proxies[l])
 }
 
 // singleFaults is a one-member deployment: restart applies.

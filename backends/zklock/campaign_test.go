@@ -21,24 +21,9 @@ func (h faultHarness) URL(t testing.TB) string {
 	return fmt.Sprintf("zk://%s%s?session_timeout=%v", strings.Join(h.addrs, ","), h.root, h.timeout)
 }
 
-// proxyLink blackholes and restores every link of one client.
-type proxyLink []*servers.Proxy
-
-func (l proxyLink) Blackhole() {
-	for _, p := range l {
-		p.Blackhole()
-	}
-}
-
-func (l proxyLink) Restore() {
-	for _, p := range l {
-		p.Restore()
-	}
-}
-
 func (h faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
 	l, ps := h.open(t)
-	return l, proxyLink(ps)
+	return l, servers.Proxies(ps)
 }
 
 // singleFaults is one private server, restarted with its data by RestartServers.

@@ -189,3 +189,28 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		}
 	}
 }
+
+// Proxies is one client's links to several servers, acted on together (it satisfies
+// conformance.Link).
+type Proxies []*Proxy
+
+// Blackhole blackholes every link.
+func (ps Proxies) Blackhole() {
+	for _, p := range ps {
+		p.Blackhole()
+	}
+}
+
+// Cut cuts every link.
+func (ps Proxies) Cut() {
+	for _, p := range ps {
+		p.Cut()
+	}
+}
+
+// Restore restores every link.
+func (ps Proxies) Restore() {
+	for _, p := range ps {
+		p.Restore()
+	}
+}
