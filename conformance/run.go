@@ -51,7 +51,15 @@ func Run(t *testing.T, h Harness) {
 		ConcurrentUse:    s.concurrentUse,
 		DoneAndErr:       s.doneAndErr,
 		NoGoroutineLeaks: func(t *testing.T, v *verdict) {
-			if err := goleak.Find(before); err != nil {
+			// A closed client's connections may take a moment to wind down (gRPC
+			// transports close asynchronously): look again for a few seconds.
+			var err error
+			for end := time.Now().Add(5 * time.Second); ; {
+				if err = goleak.Find(before); err == nil || time.Now().After(end) {
+					break
+				}
+			}
+			if err != nil {
 				v.violated("goroutines left running after every client was closed: %v", err)
 			}
 		},
