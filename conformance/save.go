@@ -44,7 +44,8 @@ func saveAtEnd(t *testing.T, kind, backend string, r *Report) {
 			t.Errorf("report: %v", err)
 			return
 		}
-		name := kind + "-" + fileSafe(backend) + ".json"
+		// The test's name too: one backend may be run by several tests (or twice).
+		name := kind + "-" + fileSafe(backend) + "-" + fileSafe(t.Name()) + ".json"
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Errorf("report: %v", err)
 		}
