@@ -96,7 +96,11 @@ func (r *Report) Markdown() string {
 		if !slices.Contains(cols, col) {
 			cols = append(cols, col)
 		}
-		cell[[2]string{c.Backend, col}] = c
+		// A cell that was run wins over a "not applicable" one from another test.
+		k := [2]string{c.Backend, col}
+		if old, ok := cell[k]; !ok || old.Status == NotApplicable || c.Status != NotApplicable {
+			cell[k] = c
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))

@@ -210,7 +210,12 @@ func (r *Report) matrices() []matrix {
 		if !slices.Contains(m.Cols, col) {
 			m.Cols = append(m.Cols, col)
 		}
-		m.Cell[[2]string{c.Backend, col}] = c
+		// One backend may be run by several tests, each applying some scenarios:
+		// a cell that was run wins over one that says "not applicable".
+		k := [2]string{c.Backend, col}
+		if old, ok := m.Cell[k]; !ok || old.Status == conformance.NotApplicable || c.Status != conformance.NotApplicable {
+			m.Cell[k] = c
+		}
 	}
 	order := func(cols []string, known []string) {
 		slices.SortStableFunc(cols, func(a, b string) int {

@@ -145,3 +145,18 @@ func TestFromDir(t *testing.T) {
 		t.Errorf("a broken cell file: %v, want an error naming it", err)
 	}
 }
+
+// TestRunCellWinsOverNotApplicable: one backend run by two tests (each enabling some
+// scenarios) shows the cells that ran, whichever file came last.
+func TestRunCellWinsOverNotApplicable(t *testing.T) {
+	for _, order := range [][2]conformance.Status{{conformance.NotApplicable, conformance.Held}, {conformance.Held, conformance.NotApplicable}} {
+		r := &Report{Cells: []conformance.Cell{
+			cell("p", "Partition", "MutualExclusion", order[0], order[0], 3, 0),
+			cell("p", "Partition", "MutualExclusion", order[1], order[1], 3, 0),
+		}}
+		ms := r.matrices()
+		if got := ms[len(ms)-1].Cell[[2]string{"p", "Partition"}].Status; got != conformance.Held {
+			t.Errorf("cells %v: the matrix shows %s, want held", order, got)
+		}
+	}
+}
