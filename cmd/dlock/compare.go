@@ -314,7 +314,6 @@ func chooseScenarios(list string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-
 // runPattern returns the go test -run pattern for the chosen scenarios, or "" when
 // no test is to run (only Bench). Subtest names of the suite are CamelCase; harness
 // groups (TestFaults/single, TestConformanceSETNX/expire) start with a lower-case
