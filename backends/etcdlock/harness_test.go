@@ -35,7 +35,10 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	servers.Shutdown()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// A member killed abruptly (TestLeaderKilledDuringContention) can leave the
+		// embedded server's own request handlers blocked on its closed storage:
+		// etcd's goroutines, not ours.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/storage/backend.(*baseReadTx).UnsafeRange")); err != nil {
 			os.Stderr.WriteString("goroutines leaked: " + err.Error() + "\n")
 			code = 1
 		}

@@ -258,13 +258,16 @@ func TestRefreshNeedsMajority(t *testing.T) {
 }
 
 // lockOnThree grants a lease held on masters 0, 1 and 2 only, as in the Redlock
-// article's crash scenario: masters 3 and 4 refuse it (another owner's key, which is
-// then deleted as if it had expired).
+// article's crash scenario: masters 3 and 4 refuse it (another owner's key, which then
+// expires). The other owner's key outlives every request of the acquire (at most the
+// per-node timeout, 250ms, once warmed), so a late request is refused too; a key
+// deleted at once could let a request still on its way take master 3 or 4.
 func lockOnThree(t *testing.T, rs []*servers.Redis, a dlock.Locker, ttl time.Duration) (dlock.Lease, string) {
 	t.Helper()
+	warm(t, a) // no first-contact allowance: a request lasts at most the per-node timeout
 	k := key(t)
 	for _, r := range rs[3:] {
-		if _, err := r.Do(ctxFor(t, 10*time.Second), "SET", k, "other", "PX", "60000"); err != nil {
+		if _, err := r.Do(ctxFor(t, 10*time.Second), "SET", k, "other", "PX", "600"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -272,13 +275,16 @@ func lockOnThree(t *testing.T, rs []*servers.Redis, a dlock.Locker, ttl time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range rs[3:] {
-		if _, err := r.Do(ctxFor(t, 10*time.Second), "DEL", k); err != nil {
-			t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, values := holders(t, rs, k)
+		if n == 3 {
+			break
 		}
-	}
-	if n, values := holders(t, rs, k); n != 3 {
-		t.Fatalf("the first lease is on %d masters (%v), want 3", n, values)
+		if time.Now().After(deadline) {
+			t.Fatalf("the first lease is on %d masters (%v), want 3", n, values)
+		}
+		time.Sleep(50 * time.Millisecond) // the other owner's key expires by the server's clock
 	}
 	return la, k
 }
