@@ -384,34 +384,43 @@ func (f *faults) partition(t *testing.T, c *Cell) {
 	first := true
 	for i := range f.trials {
 		c.Trials++
-		a, link := p.NewPartitionedLocker(t)
-		k := key(t, fmt.Sprintf("partition%d", i))
-		la, err := a.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(ttl), dlock.WithAutoRenew())
-		if err != nil {
-			t.Fatalf("trial %d: acquire before the partition: %v", i, err)
-		}
-		doneAt := make(chan time.Time, 1)
-		go func() { <-la.Done(); doneAt <- time.Now() }()
-		link.Blackhole()
-		ls, err := b.Acquire(ctxFor(t, f.freeBound(ttl)), k)
-		grantedAt := time.Now()
-		if err != nil {
-			c.note("trial %d: the cut-off holder's lock was not freed within %v: %v", i, f.freeBound(ttl), err)
-			link.Restore()
-			continue
-		}
-		select {
-		case end := <-doneAt:
-			margin := grantedAt.Sub(end)
-			if first || margin < c.Margin {
-				c.Margin, first = margin, false
+		func() {
+			a, link := p.NewPartitionedLocker(t)
+			defer a.Close()
+			defer link.Restore()
+			k := key(t, fmt.Sprintf("partition%d", i))
+			la, err := a.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(ttl), dlock.WithAutoRenew())
+			if err != nil {
+				t.Fatalf("trial %d: acquire before the partition: %v", i, err)
 			}
-		default:
-			c.violation("trial %d: granted to another client while the cut-off holder's lease (token %d) had not ended", i, la.Token())
-		}
-		_ = ls.Release(ctxFor(t, 10*time.Second))
-		link.Restore()
-		_ = a.Close()
+			doneAt := make(chan time.Time, 1)
+			stop := make(chan struct{})
+			defer close(stop) // a lease that never ends must not keep this goroutine
+			go func() {
+				select {
+				case <-la.Done():
+					doneAt <- time.Now()
+				case <-stop:
+				}
+			}()
+			link.Blackhole()
+			ls, err := b.Acquire(ctxFor(t, f.freeBound(ttl)), k)
+			grantedAt := time.Now()
+			if err != nil {
+				c.note("trial %d: the cut-off holder's lock was not freed within %v: %v", i, f.freeBound(ttl), err)
+				return
+			}
+			defer func() { _ = ls.Release(ctxFor(t, 10*time.Second)) }()
+			select {
+			case end := <-doneAt:
+				margin := grantedAt.Sub(end)
+				if first || margin < c.Margin {
+					c.Margin, first = margin, false
+				}
+			default:
+				c.violation("trial %d: granted to another client while the cut-off holder's lease (token %d) had not ended", i, la.Token())
+			}
+		}()
 	}
 	if !first {
 		c.note("the cut-off holder's lease ended at least %v before the next grant", c.Margin)
