@@ -33,17 +33,10 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
-	servers.Shutdown()
-	if code == 0 {
-		// A member killed abruptly (TestLeaderKilledDuringContention) can leave the
-		// embedded server's own request handlers blocked on its closed storage:
-		// etcd's goroutines, not ours.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/storage/backend.(*baseReadTx).UnsafeRange")); err != nil {
-			os.Stderr.WriteString("goroutines leaked: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	// A member killed abruptly (TestLeaderKilledDuringContention) can leave the
+	// embedded server's own request handlers blocked on its closed storage:
+	// etcd's goroutines, not ours.
+	os.Exit(servertest.Finish(code, goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/storage/backend.(*baseReadTx).UnsafeRange")))
 }
 
 // harness gives the conformance suite Lockers on one etcd deployment, each with its

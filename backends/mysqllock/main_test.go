@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
@@ -26,14 +25,7 @@ func TestMain(m *testing.M) {
 	// The driver logs broken connections; the tests break them on purpose.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	code := m.Run()
-	servers.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(servertest.Finish(code))
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {

@@ -2,17 +2,16 @@ package redislock_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
 // TestMain turns the binary into a lock holder when the fault suite starts it as one,
@@ -21,14 +20,7 @@ func TestMain(m *testing.M) {
 	conformance.ChildMain()
 	code := m.Run()
 	closeCluster()
-	servers.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left running:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(servertest.Finish(code))
 }
 
 const startTimeout = 2 * time.Minute

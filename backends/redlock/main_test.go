@@ -2,14 +2,12 @@ package redlock_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redlock"
@@ -23,14 +21,7 @@ import (
 func TestMain(m *testing.M) {
 	conformance.ChildMain()
 	code := m.Run()
-	servers.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left running:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(servertest.Finish(code))
 }
 
 const (

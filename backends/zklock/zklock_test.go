@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/zklock"
@@ -37,14 +36,7 @@ func TestMain(m *testing.M) {
 		fastReaping = true
 	}
 	code := m.Run()
-	servers.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(servertest.Finish(code))
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {

@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
 // The end-to-end tests run the real CLI in real processes: TestMain builds dlock and
@@ -38,15 +36,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	servers.Shutdown()
 	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(servertest.Finish(code))
 }
 
 // proc is a running "dlock" (or any) process with its output read line by line.

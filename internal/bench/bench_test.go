@@ -3,19 +3,17 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/internal/benchkit"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
 // TestMain stops the servers the tests and benchmarks started, then checks that no
@@ -27,14 +25,7 @@ func TestMain(m *testing.M) {
 		shared.e.close()
 	}
 	shared.Unlock()
-	servers.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left running:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(servertest.Finish(code))
 }
 
 // tiny is a configuration that runs every measurement briefly: a smoke test of the

@@ -15,6 +15,7 @@ package servertest
 import (
 	"context"
 	"fmt"
+	"go.uber.org/goleak"
 	"os"
 	"strings"
 	"syscall"
@@ -24,11 +25,16 @@ import (
 	"github.com/dlock-go/dlock/internal/servers"
 )
 
-// Main runs the tests, then stops every shared server and exits with the
-// tests' status. A child process still running at that point (a server some
-// test did not close) is reported, killed, and fails the run.
-func Main(m *testing.M) {
-	code := m.Run()
+// Main runs the tests of a package that uses these servers and exits with Finish's
+// code. Call it from TestMain (after conformance.ChildMain, where that applies).
+func Main(m *testing.M) { os.Exit(Finish(m.Run())) }
+
+// Finish ends a test binary that used these servers: it stops the shared servers,
+// fails the run (code 1) if a child process it started is still running — killing
+// it — or, when the tests passed, if goroutines are left running (go.uber.org/goleak,
+// with leakOpts). It returns the exit code. TestMains that must do something between
+// m.Run and the end call it themselves: os.Exit(servertest.Finish(code)).
+func Finish(code int, leakOpts ...goleak.Option) int {
 	servers.Shutdown()
 	if left := servers.ChildProcesses(); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "servertest: %d child process(es) still running after the tests; killing:\n  %s\n",
@@ -44,7 +50,13 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	if code == 0 {
+		if err := goleak.Find(leakOpts...); err != nil {
+			fmt.Fprintln(os.Stderr, "servertest: goroutines left running after the tests:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // startCtx bounds a start-up.
