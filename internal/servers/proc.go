@@ -67,14 +67,36 @@ func lookPath(name string) (string, error) {
 	return "", exec.ErrNotFound
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// handedOut holds every port freePort has returned in this process: servers started
+// in parallel (StartRedisMasters) must not be given the same port, which the kernel
+// may offer again as soon as the probing listener closes — the second server then
+// fails to bind while the first one answers its readiness check.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// freePort returns a loopback TCP port that was free a moment ago and that no other
+// caller in this process has been given.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no loopback port that was not already handed out in 100 tries")
 }
 
 func freePorts(n int) ([]int, error) {
