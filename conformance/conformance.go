@@ -78,6 +78,10 @@ type Capabilities struct {
 	// guarantee holds, except that an unfenced resource sees a paused holder's
 	// write): e.g. {ServerRestart: Violated} for Redis without persistence.
 	FaultOutcomes map[Scenario]Status
+	// FaultTrials raises the number of trials of a scenario above Trials(): for a
+	// Sometimes outcome, enough that the violation is likely to show at least once.
+	// It never lowers the number.
+	FaultTrials map[Scenario]int
 }
 
 // Weak reports whether p is a declared weakness.

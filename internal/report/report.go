@@ -272,5 +272,6 @@ var legend = []struct{ Kind, Text string }{
 	{"weak", "violated, as the backend declares (a known weakness, reproduced)"},
 	{"unavailable", "the lock service did not answer (as declared)"},
 	{"surprise", "differs from the declaration: the test failed"},
+	{"sometimes", "marked \"sometimes\": a timing-dependent weakness, declared as such (violated in some trials, not in others)"},
 	{"na", "not applicable / not run"},
 }

@@ -160,3 +160,24 @@ func TestRunCellWinsOverNotApplicable(t *testing.T) {
 		}
 	}
 }
+
+func TestSometimesCells(t *testing.T) {
+	r := &Report{Trials: 8, Cells: []conformance.Cell{
+		cell("a", "Partition", "MutualExclusion", conformance.Violated, conformance.Sometimes, 8, 3),
+		cell("b", "Partition", "MutualExclusion", conformance.Held, conformance.Sometimes, 8, 0),
+	}}
+	if n := len(r.Surprises()); n != 0 {
+		t.Errorf("%d surprises: held and violated both agree with a Sometimes declaration", n)
+	}
+	md := r.Markdown()
+	for _, want := range []string{"| a | ⚠️ violated 3/8 (sometimes) |", "| b | ✅ 8/8 (sometimes) |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	var b strings.Builder
+	r.WriteSummary(&b)
+	if out := b.String(); !strings.Contains(out, "ok?") || !strings.Contains(out, "weak 3/8") {
+		t.Errorf("summary lacks ok? and weak 3/8:\n%s", out)
+	}
+}

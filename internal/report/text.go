@@ -30,7 +30,8 @@ func (r *Report) Markdown() string {
 	}
 	if len(r.Cells) > 0 {
 		b.WriteString("\nLegend: ✅ held (every trial) · ⚠️ violated, a declared weakness reproduced · " +
-			"⏸ unavailable · ❌ differs from the declaration (a test failed) · – not applicable.\n")
+			"⏸ unavailable · ❌ differs from the declaration (a test failed) · – not applicable · " +
+			"(sometimes): a timing-dependent weakness, declared as such: violated in some trials, not in others.\n")
 	}
 	if r.Speed != nil {
 		b.WriteString("\n## Speed\n\n")
@@ -80,16 +81,20 @@ func mdCell(c conformance.Cell, ok bool) string {
 	if ok && c.Trials > 1 {
 		counts = fmt.Sprintf(" %d/%d", c.Violations, c.Trials)
 	}
+	sometimes := ""
+	if c.Expected == conformance.Sometimes {
+		sometimes = " (sometimes)"
+	}
 	switch kind(c, ok) {
 	case "none", "na":
 		return "–"
 	case "held":
 		if ok && c.Trials > 1 {
-			return fmt.Sprintf("✅ %d/%d", c.Trials, c.Trials)
+			return fmt.Sprintf("✅ %d/%d%s", c.Trials, c.Trials, sometimes)
 		}
-		return "✅"
+		return "✅" + sometimes
 	case "weak":
-		return "⚠️ violated" + counts
+		return "⚠️ violated" + counts + sometimes
 	case "unavailable":
 		return "⏸ unavailable" + unavailableFor(c)
 	}
@@ -163,7 +168,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 		tw.Flush()
 	}
 	if len(r.Cells) > 0 {
-		fmt.Fprintln(w, "\nok = held in every trial · weak k/n = a declared weakness, reproduced · down = unavailable · - = not applicable · !! = not what the backend declares")
+		fmt.Fprintln(w, "\nok = held in every trial · ok? = held, but declared as violated sometimes (timing-dependent) · weak k/n = a declared weakness, reproduced · down = unavailable · - = not applicable · !! = not what the backend declares")
 	}
 	if r.Speed != nil && len(r.Speed.Rows) > 0 {
 		fmt.Fprintln(w, "\nSpeed")
@@ -190,6 +195,9 @@ func textCell(c conformance.Cell, ok bool) string {
 	case "none", "na":
 		return "-"
 	case "held":
+		if c.Expected == conformance.Sometimes {
+			return "ok?"
+		}
 		return "ok"
 	case "weak":
 		if c.Trials > 1 {

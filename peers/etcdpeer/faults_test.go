@@ -3,7 +3,6 @@ package etcdpeer_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -31,10 +30,14 @@ type partitionFaults struct{ harness }
 // the server freed its lock. clientv3's lessor sets a keep-alive's deadline to the last
 // response + TTL, but checks deadlines once a second (deadlineLoop) and only then
 // closes the channel that ends Session.Done; the server revokes an expired lease
-// within 500ms and the waiting Mutex is granted at once.
+// within 500ms and the waiting Mutex is granted at once. Whether the overlap shows
+// depends on where that once-a-second check falls: runs here saw 6 of 8, 2 of 8 and
+// 0 of 8 trials violated, so the outcome is declared Sometimes, with at least
+// partitionTrials trials.
 func (h partitionFaults) Capabilities() conformance.Capabilities {
 	c := h.harness.Capabilities()
-	c.FaultOutcomes = map[conformance.Scenario]conformance.Status{conformance.Partition: conformance.Violated}
+	c.FaultOutcomes = map[conformance.Scenario]conformance.Status{conformance.Partition: conformance.Sometimes}
+	c.FaultTrials = map[conformance.Scenario]int{conformance.Partition: partitionTrials}
 	return c
 }
 
@@ -54,15 +57,14 @@ func (h partitionFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, confo
 	return l, p
 }
 
-// partitionTrials is the fewest trials of the partition scenario: the late Done shows
-// in about 2 trials of 3 (12 trials: at least 6 violations), so 3 trials would all
-// miss it in a few runs out of a hundred; 8 miss it about once in 5000.
+// partitionTrials is the fewest trials of the partition scenario: enough to show the
+// late Done on most runs (it is not required to show: see partitionFaults).
 const partitionTrials = 8
 
 // TestFaults runs the fault campaign on concurrency.Mutex: a killed holder's session
 // expires; a paused holder's session expires and it writes after another got the
 // lock (refused by a resource that checks the revision token); a blackholed holder
-// still holds its lease when another session is granted the lock (see
+// may still hold its lease when another session is granted the lock (see
 // partitionFaults.Capabilities).
 func TestFaults(t *testing.T) {
 	h := harness{servertest.Etcd(t)}
@@ -70,16 +72,6 @@ func TestFaults(t *testing.T) {
 		conformance.RunFaults(t, "peer etcd Mutex", holderFaults{h}, nil)
 	})
 	t.Run("partition", func(t *testing.T) {
-		// Whether the late Done shows depends on where the lessor's once-a-second
-		// deadline check falls against the server's revocation: runs here saw 6 of 8,
-		// 2 of 8 and 0 of 8 trials violated. A finding that comes and goes is no CI
-		// assertion; run it on purpose with DLOCK_PEER_TIMING=1.
-		if os.Getenv("DLOCK_PEER_TIMING") != "1" {
-			t.Skip("timing-dependent finding (see peers/README.md); set DLOCK_PEER_TIMING=1 to run it")
-		}
-		if conformance.Trials() < partitionTrials {
-			t.Setenv("DLOCK_FAULT_TRIALS", fmt.Sprint(partitionTrials))
-		}
 		conformance.RunFaults(t, "peer etcd Mutex", partitionFaults{h}, nil)
 	})
 }
