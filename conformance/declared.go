@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"net/url"
 	"strconv"
 	"time"
@@ -43,11 +44,11 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 		return c, true
 	case "redis+setnx":
 		switch q.Get("variant") {
-		case "expire":
+		case "expire", "setnx+expire": // the names redislock.ParseVariant accepts
 			// A holder that dies between SETNX and EXPIRE leaves a lock that never
 			// expires; DEL frees whoever holds the key now.
 			return Capabilities{PerLeaseTTL: true, Weaknesses: []Property{DeadlockFreedom, OwnerOnlyRelease}}, true
-		case "getset":
+		case "getset", "setnx+getset":
 			// A client whose clock runs ahead takes over a live lock; DEL frees
 			// whoever holds the key now.
 			return Capabilities{PerLeaseTTL: true, Weaknesses: []Property{MutualExclusion, OwnerOnlyRelease}}, true
@@ -90,20 +91,50 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 			ttl = n
 		}
 		// Empty keys are accepted; Unlock does not tell a holder its lock was deleted.
+		// A cut-off holder's Session.Done closes up to a second after the server
+		// revoked its lease (clientv3 checks keep-alive deadlines once a second), so
+		// another session may be granted the lock first: in some trials, not all.
 		return Capabilities{Fencing: true, SessionTimeout: time.Duration(ttl) * time.Second,
-			Weaknesses: []Property{InputValidation, OwnerOnlyRelease}}, true
+			Weaknesses:    []Property{InputValidation, OwnerOnlyRelease},
+			FaultOutcomes: map[Scenario]Status{Partition: Sometimes},
+			FaultTrials:   map[Scenario]int{Partition: 8}}, true
 	case "peer+zk":
 		d, ok := duration(q, "session_timeout", 10*time.Second)
 		// A lost session is not reported to the holder; a cancelled wait stays queued;
 		// keys are paths taken as given.
+		// A cut-off holder hears of its session's expiry only on reconnecting, after
+		// the server gave the lock away (Partition).
 		return Capabilities{SessionTimeout: d, Weaknesses: []Property{DeadlockFreedom, Cancellation,
-			KeyIsolation, InputValidation, DoneAndErr}}, ok
+			KeyIsolation, InputValidation, DoneAndErr},
+			FaultOutcomes: map[Scenario]Status{Partition: Violated}}, ok
 	case "peer+getlock":
 		// A cut connection frees its lock at once, its client told nothing; names end
 		// at the first NUL and are limited to 64 characters.
-		return Capabilities{Weaknesses: []Property{DeadlockFreedom, KeyIsolation, InputValidation, DoneAndErr}}, true
+		// A paused holder's connection stays open (within wait_timeout), so its lock
+		// is never granted to another while it sleeps: the pauses hold, the lock
+		// unavailable instead.
+		return Capabilities{Weaknesses: []Property{DeadlockFreedom, KeyIsolation, InputValidation, DoneAndErr},
+			FaultOutcomes: map[Scenario]Status{HolderPause: Held, HolderPauseFenced: Held}}, true
 	}
 	return Capabilities{}, false
+}
+
+// MustDeclare is DeclaredURL for a URL written into a test harness: it panics when
+// rawURL does not parse or has no declaration, which is a bug in the harness, not
+// input. Harnesses take their Capabilities from it, so the table that "dlock check"
+// trusts is the one the project's own tests prove; a harness adds only what depends
+// on its servers (e.g. a Redis with appendfsync always keeps its locks across a
+// restart).
+func MustDeclare(rawURL string) Capabilities {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(fmt.Sprintf("conformance.MustDeclare(%q): %v", rawURL, err))
+	}
+	c, ok := DeclaredURL(u)
+	if !ok {
+		panic(fmt.Sprintf("conformance.MustDeclare(%q): no declaration for this URL", rawURL))
+	}
+	return c
 }
 
 func duration(q url.Values, name string, def time.Duration) (time.Duration, bool) {

@@ -108,7 +108,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: etcdlock.MinTTL}
+	return conformance.MustDeclare("etcd://")
 }
 
 // Vanish cuts the client's links: nothing is released or revoked, keep-alives stop

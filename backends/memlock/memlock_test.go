@@ -21,7 +21,7 @@ func (h harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 func (h harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
+	return conformance.MustDeclare("mem://")
 }
 
 func (h harness) Name() string { return "mem" }

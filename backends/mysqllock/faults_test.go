@@ -56,9 +56,9 @@ func (h *faultHarness) NewLocker(t testing.TB) dlock.Locker { return h.locker(t,
 
 func (h *faultHarness) Capabilities() conformance.Capabilities {
 	if h.getLock {
-		return conformance.Capabilities{SessionTimeout: sessionTimeout}
+		return conformance.MustDeclare(fmt.Sprintf("mysql+getlock://?wait_timeout=%d", sessionTimeout/time.Second))
 	}
-	return conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: mysqllock.MinTTL}
+	return conformance.MustDeclare("mysql://")
 }
 
 func (h *faultHarness) URL(t testing.TB) string {

@@ -75,7 +75,7 @@ func (h *tableHarness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 func (h *tableHarness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: mysqllock.MinTTL}
+	return conformance.MustDeclare("mysql://")
 }
 
 // DeleteKey frees key's live lock behind its holder's back, as an operator should:
@@ -135,7 +135,7 @@ func (h *getLockHarness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 func (h *getLockHarness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{PerLeaseTTL: false, SessionTimeout: sessionTimeout, Fencing: false, Refresh: false}
+	return conformance.MustDeclare(fmt.Sprintf("mysql+getlock://?wait_timeout=%d", sessionTimeout/time.Second))
 }
 
 // Vanish cuts l off the network without closing anything, as a host that died or a

@@ -25,7 +25,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
+	return conformance.MustDeclare("redis://")
 }
 
 func (h *harness) DeleteKey(t testing.TB, key string) { deleteKey(t, h.admin, key) }

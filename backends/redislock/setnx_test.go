@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -33,13 +34,9 @@ func (h *setnxHarness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 // weaknesses says what each variant gets wrong (see redislock.Variant).
-var weaknesses = map[redislock.Variant][]conformance.Property{
-	redislock.SETNXExpire: {conformance.DeadlockFreedom, conformance.OwnerOnlyRelease},
-	redislock.SETNXGetSet: {conformance.MutualExclusion, conformance.OwnerOnlyRelease},
-}
 
 func (h *setnxHarness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{PerLeaseTTL: true, Weaknesses: weaknesses[h.variant]}
+	return conformance.MustDeclare("redis+setnx://?variant=" + url.QueryEscape(string(h.variant)))
 }
 
 func (h *setnxHarness) DeleteKey(t testing.TB, key string) { deleteKey(t, h.admin, key) }

@@ -28,7 +28,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 func (h *harness) Name() string { return "redlock" }
 
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: redlock.MinTTL}
+	return conformance.MustDeclare("redlock://")
 }
 
 // DeleteKey deletes the lock on every master, as an operator would; it must have
@@ -70,9 +70,7 @@ func newFaultHarness(t *testing.T) *faultHarness {
 
 // Capabilities: Redis without persistence loses every lock when all masters restart.
 func (h *faultHarness) Capabilities() conformance.Capabilities {
-	c := h.harness.Capabilities()
-	c.FaultOutcomes = map[conformance.Scenario]conformance.Status{conformance.ServerRestart: conformance.Violated}
-	return c
+	return h.harness.Capabilities() // declared: ServerRestart violated (no persistence)
 }
 
 // URL is how a child process opens the same backend.

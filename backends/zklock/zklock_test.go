@@ -119,8 +119,9 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 func (h *harness) Capabilities() conformance.Capabilities {
 	// A vanished client's session ends one timeout after the ensemble last heard
 	// from it, rounded up to the next tick.
-	return conformance.Capabilities{Fencing: true, PerLeaseTTL: false, Refresh: false,
-		SessionTimeout: h.timeout + 2*tick}
+	c := conformance.MustDeclare("zk://?session_timeout=" + h.timeout.String())
+	c.SessionTimeout += 2 * tick
+	return c
 }
 
 // Vanish cuts every link of l: its connections drop and new ones are refused.

@@ -33,7 +33,7 @@ func (h harness) NewLocker(t testing.TB) dlock.Locker {
 // Capabilities: owner-checked release and refresh by a random token, a per-lock TTL,
 // no fencing.
 func (h harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true}
+	return conformance.MustDeclare("peer+bsm://")
 }
 
 func (h harness) DeleteKey(t testing.TB, key string) {

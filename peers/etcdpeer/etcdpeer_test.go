@@ -3,6 +3,7 @@ package etcdpeer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +62,7 @@ func (h harness) NewLocker(t testing.TB) dlock.Locker {
 // (OwnerOnlyRelease). ConcurrentUse is violated too (one session holds a lock for
 // all its goroutines at once), shown by TestOneSessionGrantsTwice.
 func (h harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{Fencing: true, SessionTimeout: sessionTTL * time.Second,
-		Weaknesses: []conformance.Property{conformance.InputValidation, conformance.OwnerOnlyRelease}}
+	return conformance.MustDeclare(fmt.Sprintf("peer+etcd://?session_ttl=%d", sessionTTL))
 }
 
 // Vanish stops the session's keep-alive without revoking its lease, as a crash does.

@@ -65,9 +65,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 // before the holder's lease ended; DoneAndErr: Done stays open); lock names end at the first NUL (KeyIsolation: "k\x00"
 // is "k") and are limited to 64 characters (InputValidation).
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{
-		Weaknesses: []conformance.Property{conformance.DeadlockFreedom, conformance.KeyIsolation,
-			conformance.InputValidation, conformance.DoneAndErr}}
+	return conformance.MustDeclare("peer+getlock://")
 }
 
 // Vanish cuts the client's connections, as a crash or a network cut does.

@@ -38,7 +38,7 @@ func (h harness) NewLocker(t testing.TB) dlock.Locker {
 // no fencing. The suite's TTLs start at 300ms: redsync gives each master 5% of the TTL
 // to answer (15ms at 300ms), and shorter budgets fail on a loaded -race machine.
 func (h harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: 300 * time.Millisecond}
+	return conformance.MustDeclare("peer+redsync://")
 }
 
 // DeleteKey deletes the lock on every master, as an operator (or a failover) would.

@@ -24,20 +24,12 @@ func (h faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conforma
 	return l, h.proxies[l]
 }
 
-// Capabilities: a blackholed holder hears of its session's expiry only when it
-// reconnects, so its lease is still open when the server, having expired the session,
-// grants the lock to another (Partition: violated; the DeadlockFreedom weakness seen
-// under a blackhole rather than a cut).
-func (h faultHarness) Capabilities() conformance.Capabilities {
-	c := h.harness.Capabilities()
-	c.FaultOutcomes = map[conformance.Scenario]conformance.Status{conformance.Partition: conformance.Violated}
-	return c
-}
-
 // TestFaults runs the fault campaign on zk.Lock: a killed holder's session expires
 // and frees the lock; a paused holder's session expires and it writes after another
-// got the lock (no token to fence with); a blackholed holder keeps its lease open
-// after the server gave the lock away.
+// got the lock (no token to fence with); a blackholed holder hears of its session's
+// expiry only when it reconnects, so its lease is still open when the server grants
+// the lock to another (peer+zk declares Partition violated: the DeadlockFreedom
+// weakness seen under a blackhole rather than a cut).
 func TestFaults(t *testing.T) {
 	conformance.RunFaults(t, "peer zk.Lock", faultHarness{newHarness(t)}, nil)
 }

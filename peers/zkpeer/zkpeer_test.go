@@ -55,9 +55,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 // (Cancellation); keys are ZooKeeper paths taken as given (InputValidation,
 // KeyIsolation).
 func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.Capabilities{SessionTimeout: sessionTimeout,
-		Weaknesses: []conformance.Property{conformance.DeadlockFreedom, conformance.Cancellation,
-			conformance.KeyIsolation, conformance.InputValidation, conformance.DoneAndErr}}
+	return conformance.MustDeclare("peer+zk://?session_timeout=" + sessionTimeout.String())
 }
 
 // Vanish cuts the client's link: its session expires on the server while the
