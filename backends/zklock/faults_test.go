@@ -430,3 +430,79 @@ func leaderKill(t *testing.T, h *harness, e *servers.ZKEnsemble) {
 		t.Errorf("mutual exclusion broken across the leader kill: %s", o)
 	}
 }
+
+// TestInterruptedRelease: the connection drops while the holder's delete is on its
+// way, and the client reconnects within its session, so the node (and the lock)
+// outlives the failed request. Release must send the delete again once connected —
+// waiting for that within its context, and finishing it in the background when the
+// caller stopped waiting — or the lock stays taken for as long as the session
+// lives. Before Unlock retried, Release returned the connection error at once and
+// the other client here was never granted the lock.
+func TestInterruptedRelease(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	// Pings every 2s, so the request the proxy holds is the delete; a client
+	// disconnected for less than a third of the timeout keeps its leases.
+	const timeout = 6 * time.Second
+	h := newHarness(t, z.Addrs(), timeout)
+	b := h.NewLocker(t)
+
+	// interrupt takes k with a fresh client, holds back its delete in the proxy
+	// and drops the connection under it, then lets the client reconnect once
+	// Release (with a context of d) has returned or after, whichever it is told.
+	interrupt := func(t *testing.T, k string, d time.Duration, restoreFirst bool) (dlock.Lease, error) {
+		a, ps := h.open(t)
+		ls, err := a.Acquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ps[0]
+		p.Stall()
+		errc := make(chan error, 1)
+		go func() { errc <- ls.Release(ctxFor(t, d)) }()
+		if !p.WaitStalled(10 * time.Second) {
+			t.Fatal("the delete never reached the proxy")
+		}
+		p.Cut() // the held delete is lost with the connection; reconnects are refused
+		if restoreFirst {
+			p.Restore()
+			return ls, <-errc
+		}
+		err = <-errc
+		p.Restore()
+		return ls, err
+	}
+
+	t.Run("Release waits for the reconnect", func(t *testing.T) {
+		k := uniqueKey(t)
+		if _, err := interrupt(t, k, 20*time.Second, true); err != nil {
+			t.Fatalf("Release across a dropped connection: %v", err)
+		}
+		ls, err := b.TryAcquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatalf("another client after the release: %v", err)
+		}
+		_ = ls.Release(ctxFor(t, 10*time.Second))
+	})
+
+	t.Run("a Release given up on finishes in the background", func(t *testing.T) {
+		k := uniqueKey(t)
+		la, err := interrupt(t, k, 500*time.Millisecond, false)
+		if err == nil {
+			t.Fatal("Release returned nil while cut off from ZooKeeper")
+		}
+		// The caller drops the lease, as a careless one would.
+		ls, err := b.Acquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatalf("the dropped lease still holds the lock (the session lives on): %v", err)
+		}
+		_ = ls.Release(ctxFor(t, 10*time.Second))
+		select {
+		case <-la.Done(): // it ends just after its node is gone
+			if !errors.Is(la.Err(), dlock.ErrLost) {
+				t.Errorf("the dropped lease ended with %v, want ErrLost", la.Err())
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the lease whose lock was freed in the background did not end")
+		}
+	})
+}

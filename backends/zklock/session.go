@@ -27,8 +27,9 @@ type zkLock struct {
 	mu        sync.Mutex
 	unlocking bool          // a delete of ours was sent: its NodeDeleted event is no loss
 	unlocked  chan struct{} // closed when a delete of ours succeeded
-	deleting  chan struct{} // the delete in flight, closed when it returned
+	deleting  chan struct{} // the delete in flight (retried while disconnected), closed when it ended
 	delErr    error         // its result
+	waiting   int           // Unlock calls waiting for it
 	ambiguous bool          // an earlier delete's fate is unknown (connection lost)
 }
 
@@ -55,44 +56,84 @@ func (l *zkLock) Cause() error {
 	}
 }
 
-// Unlock deletes our node. A delete whose answer was lost with the connection is
-// not sent twice blindly: if the node is then found gone while the session lives,
-// the first delete did it.
+// Unlock deletes our node. A delete that fails because the connection dropped is
+// sent again once the client is connected (within the session), until it gets an
+// answer or the Locker closes; one whose answer was lost is not taken for someone
+// else's: if the node is then found gone while the session lives, ours did it.
+// When ctx ends first, Unlock returns ctx's error and the delete goes on: if it
+// succeeds with no Unlock waiting, the lease ends (Lost) then, so a caller that gave
+// up on Release does not keep the lock for the rest of the session.
 func (l *zkLock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	if l.deleting == nil {
 		l.unlocking = true
-		done := make(chan struct{})
-		l.deleting = done
-		go func() {
-			err := l.d.conn.Delete(l.path, -1)
-			l.mu.Lock()
-			l.delErr = err
-			l.mu.Unlock()
-			close(done)
-		}()
+		l.deleting = make(chan struct{})
+		go l.delete(l.deleting)
 	}
 	deleting := l.deleting
+	l.waiting++
 	l.mu.Unlock()
 	select {
 	case <-deleting:
 	case <-ctx.Done():
-		return ctx.Err()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.waiting--
+	select {
+	case <-deleting:
+		return l.outcome()
+	default:
+		return ctx.Err()
+	}
+}
+
+// delete deletes our node, retrying while the ensemble is out of reach, records the
+// result and closes done. If no Unlock waits for it any longer, it ends the lease.
+func (l *zkLock) delete(done chan struct{}) {
+	err := l.d.settle(func() error {
+		err := l.d.conn.Delete(l.path, -1)
+		if transient(err) {
+			l.mu.Lock()
+			l.ambiguous = true
+			l.mu.Unlock()
+		}
+		return err
+	})
+	l.mu.Lock()
+	if errors.Is(err, zk.ErrNoNode) && l.ambiguous && l.d.conn.SessionID() == l.owner {
+		err = nil // an earlier try went through; its answer was lost
+	}
+	l.delErr = err
+	close(done)
+	// Nobody waits for the answer: a node that is gone ends the lease now (other
+	// errors leave it held, for a later Release to try again).
+	gone := l.waiting == 0 && (err == nil || errors.Is(err, zk.ErrNoNode))
+	var cause error
+	if gone {
+		cause = l.outcome()
+	}
+	l.mu.Unlock()
+	if gone {
+		if cause == nil {
+			cause = errors.New("deleted after Release had stopped waiting")
+		}
+		l.lose(fmt.Errorf("zklock: lock node %s: %w", l.path, cause), false)
+	}
+}
+
+// outcome turns the finished delete's result into Unlock's; the caller holds l.mu.
+func (l *zkLock) outcome() error {
 	err := l.delErr
-	l.deleting = nil // the next Unlock sends a new delete
 	switch {
-	case err == nil, errors.Is(err, zk.ErrNoNode) && l.ambiguous && l.d.conn.SessionID() == l.owner:
+	case err == nil:
 		l.released()
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		l.released()
 		return fmt.Errorf("%w: lock node %s is gone", dlock.ErrNotHeld, l.path)
-	case transient(err):
-		l.ambiguous = true
 	}
+	l.deleting = nil // the Locker is closing (or the error is lasting): a later Unlock tries again
 	return fmt.Errorf("delete %s: %w", l.path, err)
 }
 

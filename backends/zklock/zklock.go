@@ -431,18 +431,16 @@ func transient(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionMoved)
 }
 
-// settle runs op until it gives an answer that is not transient, the Locker is
-// closed, or the ensemble has been unreachable for longer than any session could
-// outlive the client (its nodes are then gone anyway).
+// settle runs op until it gives an answer that is not transient or the Locker is
+// closed. It sets no time limit of its own: a client cut off from the ensemble
+// cannot tell when its session ends (a new leader gives every session a fresh
+// timeout), and a node of a session that did end is answered with ErrNoNode once
+// the client reaches the ensemble again.
 func (d *zkDriver) settle(op func() error) error {
-	giveUp := time.Now().Add(d.sessionTimeout() + time.Second)
-	if d.sessionTimeout() == 0 {
-		giveUp = time.Now().Add(time.Minute)
-	}
 	pause := 10 * time.Millisecond
 	for {
 		err := op()
-		if !transient(err) || time.Now().After(giveUp) {
+		if !transient(err) {
 			return err
 		}
 		select {

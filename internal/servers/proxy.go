@@ -27,6 +27,7 @@ type Proxy struct {
 	cond  *sync.Cond // broadcast on mode change
 	mode  proxyMode
 	conns map[net.Conn]struct{}
+	held  int // client-to-target writes held back by Stall
 	wg    sync.WaitGroup
 }
 
@@ -79,6 +80,25 @@ func (p *Proxy) Blackhole() { p.setMode(modeBlackhole) }
 // builds up) without dropping anything; Restore delivers what was held. A
 // lagging link, not a broken one.
 func (p *Proxy) Stall() { p.setMode(modeStall) }
+
+// WaitStalled waits until Stall holds back bytes a client sent towards the target
+// (a request the client believes is on its way), or until timeout; it reports
+// whether some are held.
+func (p *Proxy) WaitStalled(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer t.Stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.held == 0 && time.Now().Before(deadline) {
+		p.cond.Wait()
+	}
+	return p.held > 0
+}
 
 // Restore forwards normally again. Connections closed by Cut stay closed.
 func (p *Proxy) Restore() { p.setMode(modeForward) }
@@ -152,8 +172,8 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.untrack(server)
 	defer server.Close()
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(server, client); done <- struct{}{} }()
-	go func() { p.pipe(client, server); done <- struct{}{} }()
+	go func() { p.pipe(server, client, true); done <- struct{}{} }()
+	go func() { p.pipe(client, server, false); done <- struct{}{} }()
 	<-done
 	// One direction ended: end both.
 	client.Close()
@@ -161,13 +181,22 @@ func (p *Proxy) serve(client net.Conn) {
 	<-done
 }
 
-// pipe copies src to dst, obeying the mode before every write.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, obeying the mode before every write; up says src is the
+// client.
+func (p *Proxy) pipe(dst, src net.Conn, up bool) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			if up && p.mode == modeStall {
+				p.held++
+				p.cond.Broadcast()
+				for p.mode == modeStall {
+					p.cond.Wait()
+				}
+				p.held--
+			}
 			for p.mode == modeStall {
 				p.cond.Wait()
 			}

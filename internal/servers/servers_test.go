@@ -813,8 +813,14 @@ func TestProxy(t *testing.T) {
 		c := newClient()
 		wantValue(t, c, k, "v")
 		p.Stall()
+		if p.WaitStalled(50 * time.Millisecond) {
+			t.Fatal("WaitStalled: bytes held before any were sent")
+		}
 		got := make(chan error, 1)
 		go func() { got <- c.Get(context.Background(), k).Err() }()
+		if !p.WaitStalled(10 * time.Second) {
+			t.Fatal("WaitStalled: the GET is not held by the stalled proxy")
+		}
 		select {
 		case err := <-got:
 			t.Fatalf("GET through a stalled proxy returned %v", err)
