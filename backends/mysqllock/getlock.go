@@ -57,8 +57,13 @@ func WithCheckInterval(d time.Duration) GetLockOption {
 // default is 8 hours). A lease notices a cut network before that: its deadline is two
 // check intervals, at most two thirds of wait_timeout.
 //
-// Waiters poll with the retry strategy (GET_LOCK does not report how long the holder
-// has left). Not guaranteed: a holder paused for longer than wait_timeout loses the
+// Acquire waits inside GET_LOCK on the server, which queues the waiters and hands
+// the lock to the next one the moment it is released: a client that releases and
+// asks again at once queues behind those already waiting (no barging), and no
+// retry strategy applies. Cancelling ctx (or closing the Locker) drops the waiting
+// connection, which ends the wait on the server. TryAcquire is GET_LOCK(name, 0).
+// Not guaranteed: the order of waiters is the server's (MariaDB's metadata locks
+// grant waiters of one lock in arrival order); a holder paused for longer than wait_timeout loses the
 // lock without knowing until it runs again; no fencing token protects against that.
 func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
 	c := getLockConfig{check: DefaultCheckInterval}
@@ -71,7 +76,9 @@ func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
 }
 
 func newGetLockLocker(db *sql.DB, c getLockConfig) dlock.Locker {
-	return dlock.New(&getLockDriver{db: db, cfg: c}, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
+	d := &getLockDriver{db: db, cfg: c}
+	d.closed, d.close = context.WithCancel(context.Background())
+	return dlock.New(d, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
 }
 
 // maxLockName is the longest name GET_LOCK accepts on MySQL 5.7 and later.
@@ -109,30 +116,70 @@ func plainName(key string) bool {
 }
 
 type getLockDriver struct {
-	db  *sql.DB
-	cfg getLockConfig
+	db     *sql.DB
+	cfg    getLockConfig
+	closed context.Context // done once Close was called: ends the waits
+	close  context.CancelFunc
 }
 
+var _ dldriver.Queuer = (*getLockDriver)(nil)
+
 func (d *getLockDriver) TryLock(ctx context.Context, key string, _ time.Duration) (dldriver.Lock, error) {
+	return d.getLock(ctx, key, false)
+}
+
+// Lock waits in GET_LOCK until the server grants the lock, ctx ends or the Locker
+// closes.
+func (d *getLockDriver) Lock(ctx context.Context, key string, _ time.Duration) (dldriver.Lock, error) {
+	return d.getLock(ctx, key, true)
+}
+
+// maxWait is the longest single GET_LOCK wait; a longer Acquire asks again.
+const maxWait = 24 * time.Hour
+
+func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dldriver.Lock, error) {
+	if wait {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(d.closed, cancel)()
+	}
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mysqllock: connect: %w", err)
+		return nil, d.waitErr(ctx, fmt.Errorf("mysqllock: connect: %w", err))
 	}
 	name := GetLockName(key)
-	// The name is made only of [a-z0-9_./:#-] (GetLockName), so it is safe as a
-	// literal; a placeholder would cost a prepare round trip on a fresh statement.
 	var got sql.NullInt64
 	var waitTimeout int64
-	err = conn.QueryRowContext(ctx, "SELECT GET_LOCK('"+name+"', 0), @@session.wait_timeout").Scan(&got, &waitTimeout)
+	for {
+		timeout := time.Duration(0)
+		if wait {
+			timeout = maxWait
+			if dl, ok := ctx.Deadline(); ok {
+				// Whole seconds, rounded up: the context, not the server, ends the wait.
+				timeout = min(timeout, time.Until(dl).Truncate(time.Second)+time.Second)
+			}
+		}
+		// The name is made only of [a-z0-9_./:#-] (GetLockName), so it is safe as a
+		// literal; a placeholder would cost a prepare round trip on a fresh statement.
+		q := fmt.Sprintf("SELECT GET_LOCK('%s', %d), @@session.wait_timeout", name, int64(timeout/time.Second))
+		err = conn.QueryRowContext(ctx, q).Scan(&got, &waitTimeout)
+		if err != nil || !got.Valid || got.Int64 == 1 || !wait || ctx.Err() != nil {
+			break
+		}
+	}
 	switch {
 	case err != nil:
 		discard(conn) // a cancelled GET_LOCK may still have run: ending the session frees it
-		return nil, fmt.Errorf("mysqllock: GET_LOCK: %w", err)
+		return nil, d.waitErr(ctx, fmt.Errorf("mysqllock: GET_LOCK: %w", err))
 	case !got.Valid:
 		discard(conn)
 		return nil, fmt.Errorf("mysqllock: GET_LOCK(%q) returned NULL", name)
 	case got.Int64 != 1:
 		conn.Close()
+		if wait { // the server's wait ended with ctx
+			return nil, d.waitErr(ctx, dlock.ErrNotAcquired)
+		}
 		return nil, dldriver.Busy(0)
 	}
 	check := d.cfg.check
@@ -144,7 +191,20 @@ func (d *getLockDriver) TryLock(ctx context.Context, key string, _ time.Duration
 	return lk, nil
 }
 
+// waitErr says why a wait ended: the Locker closed, or ctx ended (wrapped, as
+// driver.Queuer asks), or err.
+func (d *getLockDriver) waitErr(ctx context.Context, err error) error {
+	switch {
+	case d.closed.Err() != nil:
+		return dlock.ErrClosed
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return err
+}
+
 func (d *getLockDriver) Close() error {
+	d.close()
 	if d.cfg.ownDB {
 		return d.db.Close()
 	}
