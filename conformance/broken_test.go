@@ -2,14 +2,17 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/memlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/driver"
 )
@@ -27,6 +30,7 @@ const (
 	neverExpires        flaw = "never-expires"         // TTLs are ignored
 	twoHolders          flaw = "two-holders"           // up to two owners at once
 	constantToken       flaw = "constant-token"        // every grant gets token 1
+	barging             flaw = "barging"               // waiters poll a queued store, whoever asks first wins
 )
 
 // flaws maps each flaw to the property it breaks.
@@ -35,6 +39,56 @@ var flaws = map[flaw]conformance.Property{
 	neverExpires:        conformance.DeadlockFreedom,
 	twoHolders:          conformance.MutualExclusion,
 	constantToken:       conformance.FencingMonotonic,
+	barging:             conformance.FIFO,
+}
+
+// bargingLocker waits by polling TryAcquire on a memlock Store instead of queueing in
+// it, so a client that asks at the right moment overtakes the waiters; it counts its
+// pollers as the store's queue.
+type bargingLocker struct {
+	dlock.Locker
+	waiting *atomic.Int64
+}
+
+func (b bargingLocker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
+	b.waiting.Add(1)
+	defer b.waiting.Add(-1)
+	for {
+		ls, err := b.TryAcquire(ctx, key, opts...)
+		if !errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
+			return ls, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Millisecond): // the flaw: a poll, not a place in the queue
+		}
+	}
+}
+
+// queueHarness runs the suite on memlock (a FIFO store), or with barge on
+// bargingLockers over it.
+type queueHarness struct {
+	store   *memlock.Store
+	barge   bool
+	waiting *atomic.Int64
+	caps    conformance.Capabilities
+}
+
+func (h queueHarness) NewLocker(t testing.TB) dlock.Locker {
+	l := memlock.New(memlock.WithStore(h.store))
+	if h.barge {
+		return bargingLocker{l, h.waiting}
+	}
+	return l
+}
+
+func (h queueHarness) Capabilities() conformance.Capabilities { return h.caps }
+
+func (h queueHarness) Waiting(t testing.TB, key string) int {
+	if h.barge {
+		return int(h.waiting.Load())
+	}
+	return h.store.Waiting(key)
 }
 
 type flawedStore struct {
@@ -146,6 +200,11 @@ func TestFlawedSuite(t *testing.T) {
 	if p := os.Getenv("DLOCK_DECLARE"); p != "" {
 		caps.Weaknesses = []conformance.Property{conformance.Property(p)}
 	}
+	if os.Getenv("DLOCK_QUEUE") == "1" { // FIFO needs a store with a queue
+		caps.FIFO = true
+		conformance.Run(t, queueHarness{memlock.NewStore(), flaw(f) == barging, new(atomic.Int64), caps})
+		return
+	}
 	conformance.Run(t, flawedHarness{&flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}}, caps})
 }
 
@@ -159,6 +218,9 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 			run := func(fl flaw, declare bool) (string, error) {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedSuite$/^"+string(prop)+"$", "-test.v", "-test.count=1")
 				cmd.Env = append(os.Environ(), "DLOCK_FLAW="+string(fl))
+				if prop == conformance.FIFO {
+					cmd.Env = append(cmd.Env, "DLOCK_QUEUE=1")
+				}
 				if declare {
 					cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))
 				}

@@ -47,13 +47,14 @@ const (
 	Close            Property = "Close"            // ErrClosed afterwards; held leases end and free their locks
 	ConcurrentUse    Property = "ConcurrentUse"    // one Locker from 64 goroutines (run under -race)
 	DoneAndErr       Property = "DoneAndErr"       // Done closes on release, expiry and loss with the right Err
+	FIFO             Property = "FIFO"             // with a queue: waiters are granted in arrival order, nobody jumps it
 	NoGoroutineLeaks Property = "NoGoroutineLeaks" // nothing left running once every client is closed
 )
 
 // Properties lists every property in the order Run checks them.
 var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, Expiry, Refresh,
 	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
-	ConcurrentUse, DoneAndErr, NoGoroutineLeaks}
+	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
 
 // Capabilities declares what a backend promises.
 type Capabilities struct {
@@ -71,6 +72,12 @@ type Capabilities struct {
 	Refresh bool
 	// MinTTL: the shortest TTL the suite may use (it uses at least 250ms).
 	MinTTL time.Duration
+	// FIFO: the store queues waiting Acquires and grants the lock in arrival order; a
+	// client that releases and asks again at once queues behind the waiters, and
+	// TryAcquire fails while anyone waits. The suite checks it only with a harness that
+	// implements QueueInspector. Without FIFO, the property is not applicable: a waiter
+	// may be overtaken (barging).
+	FIFO bool
 	// Weaknesses: properties the backend is known not to guarantee. For each, the
 	// suite demands that the violation reproduces.
 	Weaknesses []Property
@@ -93,6 +100,15 @@ func (c Capabilities) Weak(p Property) bool { return slices.Contains(c.Weaknesse
 // vanished holder of a per-lease-TTL backend by abandoning its lease.
 type Vanisher interface {
 	Vanish(t testing.TB, l dlock.Locker)
+}
+
+// QueueInspector is implemented by the harness of a backend that declares FIFO: it
+// lets the suite see the store's queue, so that it can line waiters up in a known
+// order.
+type QueueInspector interface {
+	// Waiting reports how many Acquires wait in the store's queue for key (the
+	// holder not counted).
+	Waiting(t testing.TB, key string) int
 }
 
 // KeyDeleter is implemented by a harness that can delete a lock behind its holder's

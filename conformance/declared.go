@@ -31,7 +31,7 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 	perLease := Capabilities{PerLeaseTTL: true, Refresh: true}
 	switch u.Scheme {
 	case "mem":
-		return Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}, true
+		return Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FIFO: true}, true
 	case "redis":
 		c = Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FaultOutcomes: map[Scenario]Status{
 			ServerRestart: Violated, // an empty server comes back: every lock is gone
@@ -68,12 +68,12 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 			}
 			wait = time.Duration(n) * time.Second
 		}
-		return Capabilities{SessionTimeout: wait}, true
+		return Capabilities{SessionTimeout: wait, FIFO: true}, true
 	case "zk":
 		d, ok := duration(q, "session_timeout", 10*time.Second) // zklock.DefaultSessionTimeout
-		return Capabilities{Fencing: true, SessionTimeout: d}, ok
+		return Capabilities{Fencing: true, SessionTimeout: d, FIFO: true}, ok
 	case "etcd":
-		return Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: time.Second}, true // etcdlock.MinTTL
+		return Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: time.Second, FIFO: true}, true // etcdlock.MinTTL
 	case "peer+bsm":
 		// Owner-checked release and refresh by a random value, no fencing.
 		return perLease, true

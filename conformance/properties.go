@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -592,5 +593,99 @@ func (s *suite) doneAndErr(t *testing.T, v *verdict) {
 		if _, ok := waitDone(t, la, 2*ttl+5*time.Second); !ok || !errors.Is(la.Err(), dlock.ErrLost) {
 			v.violated("an auto-renewed lease whose lock was deleted: want Done closed with ErrLost, got %v", la.Err())
 		}
+	}
+}
+
+// fifo lines waiters up one at a time (each seen in the store's queue before the
+// next comes), then releases: they must be granted in that order, a TryAcquire
+// right after the release must fail, and the holder that asks again at once must
+// come last. A waiter whose context ends must leave the queue.
+func (s *suite) fifo(t *testing.T, v *verdict) {
+	if !s.caps.FIFO {
+		t.Skip("no queue: a waiter may be overtaken by a later one")
+	}
+	qi, ok := s.h.(QueueInspector)
+	if !ok {
+		t.Skip("FIFO is declared, but this harness cannot see the store's queue (no QueueInspector): not checked here")
+	}
+	k := key(t, "fifo")
+	waitFor := func(n int) bool {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for qi.Waiting(t, k) != n {
+			if time.Now().After(deadline) {
+				v.violated("%d Acquires wait in the store's queue, want %d", qi.Waiting(t, k), n)
+				return false
+			}
+			time.Sleep(2 * time.Millisecond) // the queue is the store's: nothing signals a change
+		}
+		return true
+	}
+	holder := s.client(t)
+	ttl := dlock.WithTTL(time.Minute)
+	ls := mustAcquire(t, holder, k, ttl)
+
+	// A cancelled wait leaves the queue.
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := s.client(t).Acquire(ctx, k, ttl); errc <- err }()
+	ok = waitFor(1)
+	cancel()
+	if err := <-errc; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a cancelled wait: %v, want ErrNotAcquired", err)
+	}
+	if !ok || !waitFor(0) {
+		release(t, ls)
+		return
+	}
+
+	const n = 4
+	type grant struct {
+		who string
+		err error
+	}
+	grants := make(chan grant, n+1)
+	acquire := func(l dlock.Locker, who string) {
+		ls, err := l.Acquire(ctxFor(t, time.Minute), k, ttl)
+		if err != nil {
+			grants <- grant{who, err}
+			return
+		}
+		grants <- grant{who, nil} // while holding: the channel has the grants in order
+		if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+			grants <- grant{who, fmt.Errorf("release: %w", err)}
+		}
+	}
+	var want []string
+	for i := range n {
+		who := fmt.Sprintf("waiter%d", i)
+		go acquire(s.client(t), who)
+		want = append(want, who)
+		if !waitFor(i + 1) {
+			break
+		}
+	}
+	release(t, ls)
+	if lt, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, ttl); err == nil {
+		// Fair only if every waiter has had its turn: each reports its grant while
+		// it holds the lock, so a free lock means the reports are in.
+		if had := len(grants); had < len(want) {
+			v.violated("TryAcquire right after the release was granted (token %d) with %d of %d waiters not yet served",
+				lt.Token(), len(want)-had, len(want))
+		}
+		release(t, lt)
+	}
+	go acquire(holder, "the holder, asking again")
+	want = append(want, "the holder, asking again")
+	var got []string
+	for range want {
+		g := <-grants
+		if g.err != nil {
+			t.Fatalf("%s: %v", g.who, g.err)
+		}
+		got = append(got, g.who)
+	}
+	if !slices.Equal(got, want) {
+		v.violated("granted in the order %v, want the order of arrival %v", got, want)
 	}
 }

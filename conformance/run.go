@@ -50,6 +50,7 @@ func Run(t *testing.T, h Harness) {
 		Close:            s.close,
 		ConcurrentUse:    s.concurrentUse,
 		DoneAndErr:       s.doneAndErr,
+		FIFO:             s.fifo,
 		NoGoroutineLeaks: func(t *testing.T, v *verdict) {
 			// A closed client's connections may take a moment to wind down (gRPC
 			// transports close asynchronously): look again for a few seconds.

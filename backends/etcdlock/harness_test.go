@@ -111,6 +111,21 @@ func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.MustDeclare("etcd://")
 }
 
+var _ conformance.QueueInspector = (*harness)(nil) // etcd declares FIFO
+
+// Waiting counts the keys queued behind the holder's.
+func (h *harness) Waiting(t testing.TB, key string) int {
+	var n int64
+	h.admin(t, func(ctx context.Context, cli *clientv3.Client) {
+		resp, err := cli.Get(ctx, etcdlock.QueueName(h.prefix, key)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatalf("Waiting(%q): %v", key, err)
+		}
+		n = resp.Count
+	})
+	return max(int(n)-1, 0)
+}
+
 // Vanish cuts the client's links: nothing is released or revoked, keep-alives stop
 // reaching the server.
 func (h *harness) Vanish(t testing.TB, l dlock.Locker) {

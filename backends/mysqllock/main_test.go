@@ -138,6 +138,20 @@ func (h *getLockHarness) Capabilities() conformance.Capabilities {
 	return conformance.MustDeclare(fmt.Sprintf("mysql+getlock://?wait_timeout=%d", sessionTimeout/time.Second))
 }
 
+var _ conformance.QueueInspector = (*getLockHarness)(nil) // mysql+getlock declares FIFO
+
+// Waiting counts the connections waiting in GET_LOCK for key's name.
+func (h *getLockHarness) Waiting(t testing.TB, key string) int {
+	var n int
+	err := h.admin.QueryRowContext(ctxFor(t, 10*time.Second),
+		"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
+		"%GET_LOCK('"+mysqllock.GetLockName(key)+"'%").Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // Vanish cuts l off the network without closing anything, as a host that died or a
 // partition would: the server keeps its session (and its locks) until wait_timeout.
 func (h *getLockHarness) Vanish(t testing.TB, l dlock.Locker) {

@@ -462,74 +462,23 @@ func TestWithMigrate(t *testing.T) {
 	}
 }
 
-// TestGetLockWaitersInOrder: Acquire waits in GET_LOCK on the server, which hands
-// the lock to its waiters in arrival order; a holder that releases and asks again at
-// once queues behind them instead of taking the lock straight back (with waiters
-// polling GET_LOCK(name, 0), as before, it won that race nearly every time, and the
-// waiters here were never seen waiting on the server at all).
-func TestGetLockWaitersInOrder(t *testing.T) {
+// TestGetLockCloseEndsWaits: Acquire waits in GET_LOCK on the server (the suite's
+// FIFO property checks the order); closing the Locker drops the waiting connection,
+// ends the Acquire with ErrClosed and the wait on the server.
+func TestGetLockCloseEndsWaits(t *testing.T) {
 	h := newGetLockHarness(t)
-	const key = "fifo"
-	name := mysqllock.GetLockName(key)
-	// waiting counts the connections waiting in GET_LOCK for key on the server.
-	waiting := func() int {
-		var n int
-		err := h.admin.QueryRowContext(ctxFor(t, 10*time.Second),
-			"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
-			"%GET_LOCK('"+name+"'%").Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	const key = "close-ends-waits"
 	waitFor := func(n int) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
-		for waiting() != n {
+		for h.Waiting(t, key) != n {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d waiters in GET_LOCK on the server after 20s, want %d", waiting(), n)
+				t.Fatalf("%d waiters in GET_LOCK on the server after 20s, want %d", h.Waiting(t, key), n)
 			}
 			time.Sleep(5 * time.Millisecond) // polls the server's state; there is no event for it
 		}
 	}
-
-	holder := h.NewLocker(t)
-	ls := tryAcquire(t, holder, key)
-	const n = 4
-	order := make(chan string, n+1)
-	done := make(chan error, n+1)
-	acquire := func(l dlock.Locker, who string) {
-		ls, err := l.Acquire(ctxFor(t, 60*time.Second), key)
-		if err != nil {
-			done <- fmt.Errorf("%s: %w", who, err)
-			return
-		}
-		order <- who
-		done <- ls.Release(ctxFor(t, 10*time.Second))
-	}
-	var want []string
-	for i := range n {
-		who := fmt.Sprintf("waiter%d", i)
-		go acquire(h.NewLocker(t), who)
-		waitFor(i + 1) // in the server's queue before the next one comes
-		want = append(want, who)
-	}
-	release(t, ls)
-	go acquire(holder, "holder again") // asks at once: behind the four
-	want = append(want, "holder again")
-	var got []string
-	for range n + 1 {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, <-order)
-	}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("granted in the order %v, want the order of arrival %v", got, want)
-	}
-
-	// Closing the Locker ends its waits, on the server too.
-	ls = tryAcquire(t, holder, key)
+	ls := tryAcquire(t, h.NewLocker(t), key)
 	defer release(t, ls)
 	w := h.NewLocker(t)
 	errc := make(chan error, 1)

@@ -2,6 +2,7 @@ package zklock_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -122,6 +123,20 @@ func (h *harness) Capabilities() conformance.Capabilities {
 	c := conformance.MustDeclare("zk://?session_timeout=" + h.timeout.String())
 	c.SessionTimeout += 2 * tick
 	return c
+}
+
+var _ conformance.QueueInspector = (*harness)(nil) // zk declares FIFO
+
+// Waiting counts the lock nodes queued behind the holder's.
+func (h *harness) Waiting(t testing.TB, key string) int {
+	children, _, err := h.admin.Children(zklock.LockDir(h.root, key))
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("Children(%s): %v", zklock.LockDir(h.root, key), err)
+	}
+	return max(len(children)-1, 0)
 }
 
 // Vanish cuts every link of l: its connections drop and new ones are refused.

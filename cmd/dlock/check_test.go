@@ -33,8 +33,12 @@ func TestCheckRedis(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	for _, p := range conformance.Properties {
-		if !mustMatch(t, `(?m)^PASS `+string(p)+` \(`, stdout) {
-			t.Errorf("no PASS line for %s:\n%s", p, stdout)
+		want := "PASS"
+		if p == conformance.FIFO {
+			want = "SKIP" // redis has no queue: waiters may be overtaken
+		}
+		if !mustMatch(t, `(?m)^`+want+` `+string(p)+` \(`, stdout) {
+			t.Errorf("no %s line for %s:\n%s", want, p, stdout)
 		}
 	}
 	if !strings.Contains(stdout, "behaves as the redis backend declares") {
