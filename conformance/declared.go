@@ -96,6 +96,7 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 		// another session may be granted the lock first: in some trials, not all.
 		return Capabilities{Fencing: true, SessionTimeout: time.Duration(ttl) * time.Second,
 			Weaknesses:    []Property{InputValidation, OwnerOnlyRelease},
+			FIFO:          true, // waiters ordered by revision
 			FaultOutcomes: map[Scenario]Status{Partition: Sometimes},
 			FaultTrials:   map[Scenario]int{Partition: 8}}, true
 	case "peer+zk":
@@ -113,7 +114,8 @@ func DeclaredURL(u *url.URL) (c Capabilities, ok bool) {
 		// A paused holder's connection stays open (within wait_timeout), so its lock
 		// is never granted to another while it sleeps: the pauses hold, the lock
 		// unavailable instead.
-		return Capabilities{Weaknesses: []Property{DeadlockFreedom, KeyIsolation, InputValidation, DoneAndErr},
+		// The server queues the waiters of a name (FIFO).
+		return Capabilities{FIFO: true, Weaknesses: []Property{DeadlockFreedom, KeyIsolation, InputValidation, DoneAndErr},
 			FaultOutcomes: map[Scenario]Status{HolderPause: Held, HolderPauseFenced: Held}}, true
 	}
 	return Capabilities{}, false

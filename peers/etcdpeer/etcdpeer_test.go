@@ -71,6 +71,24 @@ func (h harness) Vanish(t testing.TB, l dlock.Locker) {
 }
 
 // DeleteKey deletes every waiter's key of the lock, as an operator would.
+var _ conformance.QueueInspector = harness{} // peer+etcd declares FIFO
+
+// Waiting counts the Mutex keys queued behind the holder's (under key + "/").
+func (h harness) Waiting(t testing.TB, key string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: h.e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	defer cli.Close() // one per call: the suite polls, and checks for leaks afterwards
+	resp, err := cli.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("Waiting(%q): %v", key, err)
+	}
+	return max(int(resp.Count)-1, 0)
+}
+
 func (h harness) DeleteKey(t testing.TB, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

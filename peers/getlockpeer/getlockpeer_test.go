@@ -68,6 +68,25 @@ func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.MustDeclare("peer+getlock://")
 }
 
+var _ conformance.QueueInspector = (*harness)(nil) // peer+getlock declares FIFO
+
+// Waiting counts the connections waiting in GET_LOCK on the server (the suite's
+// keys are the only ones the package's tests wait for at that time).
+func (h *harness) Waiting(t testing.TB, key string) int {
+	db, err := sql.Open("mysql", h.m.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close() // one per call: the suite polls, and checks for leaks afterwards
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // Vanish cuts the client's connections, as a crash or a network cut does.
 func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
 	h.mu.Lock()
