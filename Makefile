@@ -14,9 +14,12 @@ deps:
 vet:
 	$(GO) vet ./...
 
-# test: go vet, then every test under the race detector on real servers.
+# test: go vet, then every test under the race detector on real servers, then the
+# ZooKeeper ensemble's leader kill without it (go-zookeeper itself races on reconnect;
+# see backends/zklock TestFaults).
 test: deps vet
 	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -timeout 10m -run 'TestFaults/ensemble' ./backends/zklock/
 
 # unit: the fast tests that need no server (the in-memory backend and the suite itself).
 unit:

@@ -27,7 +27,7 @@ const (
 	Failover          Scenario = "Failover"          // Failoverer: a lagging replica is promoted while a lock is held
 	Partition         Scenario = "Partition"         // Partitioner: the holder's link is blackholed
 	QuorumLoss        Scenario = "QuorumLoss"        // NodeStopper: a minority, then a majority of nodes stop
-	LeaderKill        Scenario = "LeaderKill"        // LeaderKiller: the cluster leader dies under contention
+	LeaderKill        Scenario = "LeaderKill"        // LeaderKiller: the cluster leader dies under contention (no overlap; tokens keep increasing)
 	ClockJump         Scenario = "ClockJump"         // ClockJumper: the server's clock jumps forward
 )
 
@@ -76,6 +76,13 @@ type NodeStopper interface {
 // expected to elect another.
 type LeaderKiller interface {
 	KillLeader(t testing.TB)
+}
+
+// Diagnoser is implemented by a harness that can describe the store's state of a
+// key (its queue, who owns what) for the evidence of a scenario that went wrong,
+// e.g. a lock service that did not resume after a leader kill.
+type Diagnoser interface {
+	Diagnose(t testing.TB, key string) string
 }
 
 // ClockJumper moves the server's clock (one server's, for multi-node backends)
@@ -492,6 +499,11 @@ func (f *faults) leaderKill(t *testing.T, c *Cell) {
 		k := key(t, fmt.Sprintf("leader%d", i))
 		res := NewResource(false)
 		g := &grantLog{signal: make(chan struct{}, 1)}
+		var tokens struct {
+			sync.Mutex
+			last  uint64
+			stale []string
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		done := make(chan struct{}, clients)
 		for j := range clients {
@@ -508,6 +520,14 @@ func (f *faults) leaderKill(t *testing.T, c *Cell) {
 						continue
 					}
 					res.Enter(name, lease.Token())
+					if f.caps.Fencing { // grants follow one another: so must tokens
+						tokens.Lock()
+						if lease.Token() <= tokens.last {
+							tokens.stale = append(tokens.stale, fmt.Sprintf("%s granted token %d after token %d", name, lease.Token(), tokens.last))
+						}
+						tokens.last = max(tokens.last, lease.Token())
+						tokens.Unlock()
+					}
 					g.add(time.Now())
 					time.Sleep(time.Millisecond) // the critical section's work
 					res.Leave(name)
@@ -522,8 +542,8 @@ func (f *faults) leaderKill(t *testing.T, c *Cell) {
 			cancel()
 			t.Fatalf("trial %d: fewer than 20 grants in 30s before the leader kill", i)
 		}
-		killed := time.Now()
 		lk.KillLeader(t)
+		killed := time.Now() // KillLeader returns once the leader is dead
 		resumed, ok := g.waitFor(20, killed, 45*time.Second)
 		cancel()
 		for range clients {
@@ -532,11 +552,17 @@ func (f *faults) leaderKill(t *testing.T, c *Cell) {
 		if !ok {
 			c.Status = Unavailable
 			c.note("trial %d: the lock service did not resume within 45s of the leader's death", i)
+			if d, isD := f.h.(Diagnoser); isD {
+				c.note("trial %d: the store then: %s", i, d.Diagnose(t, k))
+			}
 		} else {
 			c.Unavailable = max(c.Unavailable, resumed.Sub(killed))
 		}
 		for _, o := range res.Overlaps() {
 			c.violation("trial %d: %s", i, o)
+		}
+		for _, s := range tokens.stale {
+			c.violation("trial %d: fencing token did not increase across the leader change: %s", i, s)
 		}
 	}
 	c.note("first grant after the leader kill came within %v", c.Unavailable.Round(time.Millisecond))

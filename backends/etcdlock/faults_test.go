@@ -42,13 +42,26 @@ func (h singleFaults) RestartServers(t testing.TB) {
 	}
 }
 
-// TestFaults runs the fault campaign on one etcd member: holder crash and pause
-// (child processes), a member restart with its data, and a blackholed holder. The
-// leader kill under contention is TestLeaderKilledDuringContention: an embedded
-// member killed abruptly leaves goroutines behind (or, in a child process, can
-// crash it), which a RunFaults cluster here would mistake for our leaks.
+// clusterFaults is a 3-member cluster: the leader kill under contention.
+type clusterFaults struct {
+	*harness
+	kill func(testing.TB)
+}
+
+func (h clusterFaults) KillLeader(t testing.TB) { h.kill(t) }
+
+// TestFaults runs the fault campaign on etcd: on one member, holder crash and pause
+// (child processes), a member restart with its data, and a blackholed holder; on a
+// 3-member cluster of member processes, the leader kill (SIGKILL) under contention
+// (every trial starts from three members: the one killed before comes back first).
 func TestFaults(t *testing.T) {
-	e := servertest.NewEtcd(t)
-	h := &faultHarness{harness: newHarness(t, e.Endpoints()), member: e}
-	conformance.RunFaults(t, "etcd", singleFaults{h}, nil)
+	t.Run("single", func(t *testing.T) {
+		e := servertest.NewEtcd(t)
+		h := &faultHarness{harness: newHarness(t, e.Endpoints()), member: e}
+		conformance.RunFaults(t, "etcd", singleFaults{h}, nil)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := servertest.EtcdCluster(t, 3) // a process per member: the kill is a real SIGKILL
+		conformance.RunFaults(t, "etcd (3-member cluster)", clusterFaults{newHarness(t, c.Endpoints()), servertest.LeaderKills(c.KillLeader)}, nil)
+	})
 }

@@ -1,22 +1,15 @@
 package etcdlock_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
@@ -27,16 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	servers.EtcdMemberMain() // returns at once unless an EtcdCluster (TestFaults/cluster, TestConformanceCluster) started this process as a member
 	conformance.ChildMain()
-	if os.Getenv(clusterChildEnv) == "1" {
-		serveCluster()
-		return
-	}
-	code := m.Run()
-	// A member killed abruptly (TestLeaderKilledDuringContention) can leave the
-	// embedded server's own request handlers blocked on its closed storage:
-	// etcd's goroutines, not ours.
-	os.Exit(servertest.Finish(code, goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/storage/backend.(*baseReadTx).UnsafeRange")))
+	os.Exit(servertest.Finish(m.Run()))
 }
 
 // harness gives the conformance suite Lockers on one etcd deployment, each with its
@@ -158,60 +144,9 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t, e.Endpoints()))
 }
 
-// TestConformanceCluster runs the suite on a 3-member cluster that lives in a child
-// process: the members' own peer connections come and go, and in this process the
-// suite's goroutine-leak check would take them for the clients' leaks.
+// TestConformanceCluster runs the suite on a 3-member cluster whose members are
+// processes of their own: their peer connections come and go, and in this process
+// the suite's goroutine-leak check would take them for the clients' leaks.
 func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, newHarness(t, clusterInChild(t)))
-}
-
-const clusterChildEnv = "ETCDLOCK_TEST_CLUSTER_CHILD"
-
-// clusterInChild starts this test binary again as a process that runs a 3-member
-// etcd cluster until its stdin closes, and returns the members' endpoints.
-func clusterInChild(t *testing.T) []string {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), clusterChildEnv+"=1")
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("cluster process: %v", err)
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "endpoints ") {
-		t.Fatalf("cluster process: %q %v", line, err)
-	}
-	return strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "endpoints ")), ",")
-}
-
-// serveCluster is the child process of clusterInChild.
-func serveCluster() {
-	ctx, cancel := context.WithTimeout(context.Background(), servers.DefaultStartTimeout)
-	c, err := servers.StartEtcdCluster(ctx, 3)
-	cancel()
-	if err != nil {
-		fmt.Printf("error %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Printf("endpoints %s\n", strings.Join(c.Endpoints(), ","))
-	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it (or dies)
-	err = c.Close()
-	servers.Shutdown()
-	if err != nil {
-		os.Exit(1)
-	}
+	conformance.Run(t, newHarness(t, servertest.EtcdCluster(t, 3).Endpoints()))
 }

@@ -339,96 +339,14 @@ func TestInteropZkLock(t *testing.T) {
 	}
 }
 
-// TestEnsemble runs the suite on a 3-node ensemble, then kills its leader while
-// clients contend: mutual exclusion holds and the lock service resumes.
+// TestEnsemble runs the suite on a 3-node ensemble (the leader kill is
+// TestFaults/ensemble).
 func TestEnsemble(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node ensemble")
 	}
 	e := servertest.ZKEnsemble(t, 3)
-	h := newHarness(t, e.Addrs(), 2*time.Second)
-	t.Run("Conformance", func(t *testing.T) { conformance.Run(t, h) })
-	t.Run("LeaderKill", func(t *testing.T) { leaderKill(t, h, e) })
-}
-
-func leaderKill(t *testing.T, h *harness, e *servers.ZKEnsemble) {
-	const clients = 4
-	k := uniqueKey(t)
-	res := conformance.NewResource(true)
-	progress := make(chan struct{}, 10000)
-	stop := make(chan struct{})
-	var killed atomic.Bool
-	var afterKill, acquireErrs, lost atomic.Int64
-	var wg sync.WaitGroup
-	for i := range clients {
-		l := h.NewLocker(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			who := fmt.Sprintf("client%d", i)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				ls, err := l.Acquire(ctx, k)
-				cancel()
-				if err != nil { // the client's server died, or the ensemble is electing
-					acquireErrs.Add(1)
-					continue
-				}
-				if !res.Enter(who, ls.Token()) {
-					t.Errorf("%s: token %d is lower than one granted before", who, ls.Token())
-				}
-				time.Sleep(time.Millisecond) // the critical section's work
-				res.Leave(who)
-				if killed.Load() {
-					afterKill.Add(1)
-				}
-				progress <- struct{}{}
-				err = ls.Release(ctxFor(t, 10*time.Second))
-				switch {
-				case errors.Is(err, dlock.ErrNotHeld): // ended while its server was gone
-					lost.Add(1)
-				case err != nil:
-					acquireErrs.Add(1)
-				}
-			}
-		}()
-	}
-	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	defer stopAll()
-	timeout := time.After(90 * time.Second)
-	wait := func(n int) {
-		for range n {
-			select {
-			case <-progress:
-			case <-timeout:
-				t.Fatalf("the lock service did not resume: %d grants after the leader was killed", afterKill.Load())
-			}
-		}
-	}
-	wait(10)
-	leader, err := e.KillLeader(ctxFor(t, 30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	killed.Store(true)
-	killedAt := time.Now()
-	for len(progress) > 0 {
-		<-progress
-	}
-	wait(20)
-	resumed := time.Since(killedAt)
-	stopAll()
-	n, _ := res.Stats()
-	t.Logf("killed leader %s; %d grants in all, %d after the kill (20 of them within %v), %d acquire/release errors, %d leases lost",
-		leader.Addr(), n, afterKill.Load(), resumed.Round(time.Millisecond), acquireErrs.Load(), lost.Load())
-	for _, o := range res.Overlaps() {
-		t.Errorf("mutual exclusion broken across the leader kill: %s", o)
-	}
+	conformance.Run(t, newHarness(t, e.Addrs(), 2*time.Second))
 }
 
 // TestInterruptedRelease: the connection drops while the holder's delete is on its

@@ -65,25 +65,25 @@
 //	StartZooKeeper(ctx) (*ZooKeeper, error)                   // Addrs(), Mode(ctx), FourLetter(ctx, cmd)
 //	StartZooKeeperEnsemble(ctx, n) (*ZKEnsemble, error)       // Nodes, Addrs(), Leader(ctx), KillLeader(ctx), Close()
 //
-//	StartEtcd(ctx) (*Etcd, error)                             // Endpoints(), Stop(), Kill(), Restart(ctx, keep), IsLeader()
-//	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
+//	StartEtcd(ctx) (*Etcd, error)                             // in this process: Endpoints(), Stop(), Kill(), Restart(ctx, keep)
+//	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // a process per member (EtcdMemberMain): Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
 //
 //	NewProxy(target) (*Proxy, error)                          // Addr(), Cut(), Blackhole(), Stall(), Restore(), Close()
 //
 //	SharedRedis(ctx), SharedMySQL(ctx), SharedZooKeeper(ctx), SharedEtcd(ctx); Shutdown()
 //
 // Leader and KillLeader wait (bounded by ctx) until the cluster agrees on one
-// leader; KillLeader returns the member it killed (ZooKeeper: SIGKILL; etcd:
-// Kill).
+// leader; KillLeader returns the member it killed (SIGKILL of its process).
 //
 // # Test helpers (package servertest)
 //
-//	Main(m *testing.M)                      // from TestMain: run, Shutdown, fail on leaked child processes
+//	Main(m *testing.M)                      // from TestMain: EtcdMemberMain, run, Shutdown, fail on leaked child processes
 //	Redis(t) *Redis; MySQL(t) *MySQL; ZooKeeper(t) *ZooKeeper; Etcd(t) *Etcd   // shared, do not fault
 //	MySQLDSN(t) string; NewDatabase(t, *MySQL) string                           // fresh database, dropped at cleanup
 //	NewRedis(t, RedisOptions) *Redis; NewMySQL(t); NewZooKeeper(t); NewEtcd(t) // private
 //	RedisMasters(t, n); RedisReplicaPair(t) (m, r); RedisCluster(t, n)
 //	ZKEnsemble(t, n); EtcdCluster(t, n); Proxy(t, target)
+//	LeaderKills(kill) func(testing.TB)      // a conformance.LeaderKiller fault: restart the last victim, kill the leader
 //
 // Temporary directories carry the owner's pid; directories whose owner died
 // (a SIGKILLed test binary) are removed by the next run.

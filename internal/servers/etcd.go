@@ -2,7 +2,6 @@ package servers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -31,7 +30,6 @@ type Etcd struct {
 	mu      sync.Mutex
 	e       *embed.Etcd // nil while stopped
 	started bool        // data dir holds a member already
-	cluster *EtcdCluster
 
 	closed closer
 }
@@ -214,9 +212,6 @@ func (e *Etcd) Restart(ctx context.Context, keepData bool) error {
 	if e.External() {
 		return ErrExternal
 	}
-	if !keepData && e.cluster != nil {
-		return errors.New("servers: Restart(keepData=false) of an etcd cluster member is not supported")
-	}
 	if err := e.Stop(); err != nil {
 		return err
 	}
@@ -244,22 +239,9 @@ func (e *Etcd) Close() error {
 	})
 }
 
-// IsLeader reports whether this running member believes it leads.
-func (e *Etcd) IsLeader() bool {
-	srv := e.Embedded()
-	if srv == nil {
-		return false
-	}
-	return srv.Server.Leader() == srv.Server.MemberID()
-}
-
-// EtcdCluster is an etcd cluster embedded in this process.
-type EtcdCluster struct {
-	Members []*Etcd
-}
-
-// StartEtcdCluster starts n members in this process and waits until all serve.
-func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
+// newEtcdMembers configures the n members of a new cluster on free ports (nothing
+// is started).
+func newEtcdMembers(n int) ([]*Etcd, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("servers: etcd cluster size %d", n)
 	}
@@ -268,95 +250,20 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 		return nil, err
 	}
 	var initial []string
-	for i := 0; i < n; i++ {
+	for i := range n {
 		initial = append(initial, fmt.Sprintf("etcd%d=http://%s", i+1, hostPort(ports[2*i+1])))
 	}
 	token := fmt.Sprintf("dlock-%d-%d", os.Getpid(), time.Now().UnixNano())
-	c := &EtcdCluster{}
-	for i := 0; i < n; i++ {
+	var ms []*Etcd
+	for i := range n {
 		m, err := newEtcd(fmt.Sprintf("etcd%d", i+1), ports[2*i], ports[2*i+1], strings.Join(initial, ","), token)
 		if err != nil {
-			c.Close()
+			for _, m := range ms {
+				os.RemoveAll(m.dir)
+			}
 			return nil, err
 		}
-		m.cluster = c
-		c.Members = append(c.Members, m)
+		ms = append(ms, m)
 	}
-	err = parallel(n, func(i int) error {
-		if err := c.Members[i].launch(); err != nil {
-			return err
-		}
-		return c.Members[i].waitReady(ctx)
-	})
-	if err == nil {
-		_, err = c.Leader(ctx)
-	}
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// Endpoints returns every member's client address (running or not).
-func (c *EtcdCluster) Endpoints() []string {
-	a := make([]string, len(c.Members))
-	for i, m := range c.Members {
-		a[i] = m.Addr()
-	}
-	return a
-}
-
-// Leader waits until exactly one running member leads and every running
-// member agrees, and returns it.
-func (c *EtcdCluster) Leader(ctx context.Context) (*Etcd, error) {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	for {
-		var leader *Etcd
-		agree, count := true, 0
-		var lead uint64
-		for _, m := range c.Members {
-			srv := m.Embedded()
-			if srv == nil {
-				continue
-			}
-			l := uint64(srv.Server.Leader())
-			if count == 0 {
-				lead = l
-			} else if l != lead {
-				agree = false
-			}
-			count++
-			if l != 0 && l == uint64(srv.Server.MemberID()) {
-				leader = m
-			}
-		}
-		if leader != nil && agree {
-			return leader, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("etcd cluster: no agreed leader: %w", ctx.Err())
-		case <-time.After(pollInterval):
-		}
-	}
-}
-
-// KillLeader kills the current leader (Kill: no leadership hand-over, the
-// others must notice and elect a new one) and returns it.
-func (c *EtcdCluster) KillLeader(ctx context.Context) (*Etcd, error) {
-	l, err := c.Leader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l, l.Kill()
-}
-
-// Close closes every member.
-func (c *EtcdCluster) Close() error {
-	errs := make([]error, len(c.Members))
-	// Close in parallel: a member closing alone waits for its peers.
-	_ = parallel(len(c.Members), func(i int) error { errs[i] = c.Members[i].Close(); return nil })
-	return errors.Join(errs...)
+	return ms, nil
 }

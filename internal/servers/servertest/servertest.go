@@ -15,19 +15,23 @@ package servertest
 import (
 	"context"
 	"fmt"
-	"go.uber.org/goleak"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/dlock-go/dlock/internal/servers"
 )
 
 // Main runs the tests of a package that uses these servers and exits with Finish's
 // code. Call it from TestMain (after conformance.ChildMain, where that applies).
-func Main(m *testing.M) { os.Exit(Finish(m.Run())) }
+func Main(m *testing.M) {
+	servers.EtcdMemberMain() // returns at once unless EtcdCluster started this process as a member
+	os.Exit(Finish(m.Run()))
+}
 
 // Finish ends a test binary that used these servers: it stops the shared servers,
 // fails the run (code 1) if a child process it started is still running — killing
@@ -245,7 +249,9 @@ func NewEtcd(t testing.TB) *servers.Etcd {
 	return e
 }
 
-// EtcdCluster starts a private n-member etcd cluster in this process.
+// EtcdCluster starts a private n-member etcd cluster whose members each run in a
+// process of their own (the test binary must call servers.EtcdMemberMain first in
+// TestMain; Main does).
 func EtcdCluster(t testing.TB, n int) *servers.EtcdCluster {
 	t.Helper()
 	c := start(t, "etcd cluster", func(ctx context.Context) (*servers.EtcdCluster, error) {
@@ -253,6 +259,31 @@ func EtcdCluster(t testing.TB, n int) *servers.EtcdCluster {
 	})
 	cleanup(t, c)
 	return c
+}
+
+// LeaderKills returns a fault for conformance.LeaderKiller: each call restarts (with
+// its data) the member the previous call killed, so that every trial starts from a
+// whole cluster, then kills the current leader with kill.
+func LeaderKills[M interface {
+	Restart(ctx context.Context, keepData bool) error
+}](kill func(context.Context) (M, error)) func(testing.TB) {
+	var killed M
+	var have bool
+	return func(t testing.TB) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if have {
+			if err := killed.Restart(ctx, true); err != nil {
+				t.Fatalf("restart the member killed before: %v", err)
+			}
+		}
+		m, err := kill(ctx)
+		if err != nil {
+			t.Fatalf("kill the leader: %v", err)
+		}
+		killed, have = m, true
+	}
 }
 
 // Proxy starts a TCP proxy in front of target, closed when the test ends.
