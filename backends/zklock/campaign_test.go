@@ -67,6 +67,10 @@ func (h ensembleFaults) Diagnose(t testing.TB, key string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		mode, merr := z.Mode(ctx)
 		dump, _ := z.FourLetter(ctx, "dump")
+		if mode == "leader" {
+			mntr, _ := z.FourLetter(ctx, "mntr")
+			dump += "\n" + mntr
+		}
 		cancel()
 		fmt.Fprintf(&b, " node %s: %s %v %q;", z.Addr(), mode, merr, dump)
 	}

@@ -395,13 +395,49 @@ func (e *ZKEnsemble) Leader(ctx context.Context) (*ZooKeeper, error) {
 	}
 }
 
-// KillLeader kills the current leader (SIGKILL) and returns it.
+// KillLeader waits until the leader has every other running member as a synced
+// follower (a member restarted a moment ago may still be catching up; killing the
+// leader then is a different fault: two members down), kills it (SIGKILL) and
+// returns it.
 func (e *ZKEnsemble) KillLeader(ctx context.Context) (*ZooKeeper, error) {
-	l, err := e.Leader(ctx)
-	if err != nil {
-		return nil, err
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for {
+		l, err := e.Leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		running := 0
+		for _, z := range e.Nodes {
+			if z.Running() {
+				running++
+			}
+		}
+		if n, err := l.syncedFollowers(ctx); err == nil && n == running-1 {
+			return l, l.Kill()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("zookeeper ensemble: the leader never had all %d followers synced: %w", running-1, ctx.Err())
+		case <-time.After(pollInterval):
+		}
 	}
-	return l, l.Kill()
+}
+
+// syncedFollowers is the leader's count of followers in sync (4lw mntr).
+func (z *ZooKeeper) syncedFollowers(ctx context.Context) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	s, err := z.FourLetter(cctx, "mntr")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, "zk_synced_followers\t"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("mntr: no zk_synced_followers in %q", s)
 }
 
 // Close closes every member.
