@@ -71,8 +71,9 @@ func (p *Proxy) setMode(m proxyMode) {
 func (p *Proxy) Cut() { p.setMode(modeCut) }
 
 // Blackhole keeps connections open (and accepts new ones) but silently drops
-// every byte in both directions, until Restore: clients see time-outs, not
-// errors. Bytes dropped in a blackhole are lost for good, so a connection used
+// every byte in both directions, a close too, until Restore: clients see
+// time-outs, not errors, and a side that closes its connection meanwhile is not
+// heard of on the other side before Restore. Bytes dropped in a blackhole are lost for good, so a connection used
 // during a blackhole is usually broken for its protocol afterwards.
 func (p *Proxy) Blackhole() { p.setMode(modeBlackhole) }
 
@@ -214,6 +215,15 @@ func (p *Proxy) pipe(dst, src net.Conn, up bool) {
 			}
 		}
 		if err != nil {
+			// A partition drops the FIN too: while the link is blackholed (or
+			// stalled), one side's close does not reach the other (a client that
+			// gives up on a cut-off server must not free its server-side session
+			// through the proxy). It goes through on Restore; Cut and Close end it.
+			p.mu.Lock()
+			for p.mode == modeBlackhole || p.mode == modeStall {
+				p.cond.Wait()
+			}
+			p.mu.Unlock()
 			return
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -807,6 +810,37 @@ func TestProxy(t *testing.T) {
 		}
 		p.Restore()
 		wantValue(t, newClient(), k, "v")
+	})
+
+	t.Run("blackholed close", func(t *testing.T) {
+		// A partition swallows the FIN too: the target hears of the client's close
+		// only after Restore.
+		target, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer target.Close()
+		bp := servertest.Proxy(t, target.Addr().String())
+		c, err := net.Dial("tcp", bp.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := target.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		bp.Blackhole()
+		c.Close()
+		srv.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := srv.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("target side while blackholed: %v, want no news (a time-out)", err)
+		}
+		bp.Restore()
+		srv.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := srv.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("target side after Restore: %v, want EOF", err)
+		}
 	})
 
 	t.Run("stall", func(t *testing.T) {
