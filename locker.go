@@ -97,7 +97,9 @@ type attempt struct {
 
 func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 	l := a.l
-	if wait && l.queuer != nil {
+	// A backend's own queue serves waiters in order; a caller who asked for a retry
+	// strategy gets it (bounded retries of TryLock) instead.
+	if wait && l.queuer != nil && a.opts.Retry == nil {
 		a.attempts = 1
 		t0 := time.Now()
 		lk, err := l.queuer.Lock(ctx, a.key, a.ttl)

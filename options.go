@@ -47,8 +47,11 @@ func invalidTTL(ttl time.Duration) time.Duration {
 
 // WithRetry sets how Acquire waits between attempts where the backend has no wake-up
 // of its own (or to bound the wait for one). A strategy that returns a negative delay
-// makes Acquire give up with ErrNotAcquired. Backends that queue waiters themselves
-// (ZooKeeper, etcd) ignore it.
+// makes Acquire give up with ErrNotAcquired. On a backend that queues waiters itself
+// (ZooKeeper, etcd, mysql+getlock, mem), Acquire without WithRetry waits in that
+// queue, served in arrival order; with WithRetry it retries TryAcquire by the
+// strategy instead, which bounds the wait but gives up the order (a later waiter
+// may be served first).
 func WithRetry(s RetryStrategy) Option {
 	return func(o *AcquireOptions) { o.Retry = s }
 }

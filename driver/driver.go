@@ -70,8 +70,9 @@ type Notifier interface {
 // Queuer is implemented by a Driver that queues waiters itself (ZooKeeper's
 // sequential nodes, etcd's revisions, the server's GET_LOCK queue, memlock's
 // per-key queue): waiters are then served in the store's order, with no barging by a
-// client that releases and asks again. dlock then calls Lock for Acquire instead of a
-// retry loop over TryLock; retry strategies do not apply.
+// client that releases and asks again. dlock calls Lock for Acquire instead of a
+// retry loop over TryLock, unless the caller chose a retry strategy
+// (dlock.WithRetry): that Acquire retries TryLock by it.
 type Queuer interface {
 	// Lock blocks until key is ours, ctx is done, or the store fails. On ctx's end it
 	// must leave nothing behind (no queued node) and return an error wrapping ctx.Err().

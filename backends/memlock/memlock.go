@@ -41,10 +41,11 @@ func init() {
 // waiter, so a client that releases and asks again goes behind those waiting, and
 // TryAcquire fails while anyone waits.
 type Store struct {
-	mu     sync.Mutex
-	locks  map[string]*entry
-	queues map[string][]*waiter // per key, in arrival order
-	token  uint64               // last token handed out; one counter for all keys keeps each key's tokens increasing
+	mu      sync.Mutex
+	locks   map[string]*entry
+	queues  map[string][]*waiter                  // per key, in arrival order
+	pollers map[string]map[chan struct{}]struct{} // Acquires with a retry strategy, woken when key frees
+	token   uint64                                // last token handed out; one counter for all keys keeps each key's tokens increasing
 }
 
 type entry struct {
@@ -60,7 +61,7 @@ type waiter struct {
 
 // NewStore returns an empty lock space.
 func NewStore() *Store {
-	return &Store{locks: map[string]*entry{}, queues: map[string][]*waiter{}}
+	return &Store{locks: map[string]*entry{}, queues: map[string][]*waiter{}, pollers: map[string]map[chan struct{}]struct{}{}}
 }
 
 var defaultStore = NewStore()
@@ -128,6 +129,12 @@ func (s *Store) free(key string, now time.Time) bool {
 	q := s.queues[key]
 	if len(q) == 0 {
 		delete(s.locks, key)
+		for ch := range s.pollers[key] { // free: wake the Acquires that retry
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
 		return false
 	}
 	w := q[0]
@@ -158,7 +165,30 @@ type memDriver struct {
 	closeOnce sync.Once
 }
 
-var _ driver.Queuer = (*memDriver)(nil)
+var (
+	_ driver.Queuer   = (*memDriver)(nil)
+	_ driver.Notifier = (*memDriver)(nil)
+)
+
+// Subscribe wakes an Acquire that retries with a strategy (WithRetry) when key frees.
+func (d *memDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	ch := make(chan struct{}, 1)
+	s := d.s
+	s.mu.Lock()
+	if s.pollers[key] == nil {
+		s.pollers[key] = map[chan struct{}]struct{}{}
+	}
+	s.pollers[key][ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.pollers[key], ch)
+		if len(s.pollers[key]) == 0 {
+			delete(s.pollers, key)
+		}
+		s.mu.Unlock()
+	}, nil
+}
 
 // TryLock takes key if it is free and nobody waits for it.
 func (d *memDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
