@@ -59,12 +59,13 @@ func (ls *lease) end(reason error) {
 	if ls.timer != nil {
 		ls.timer.Stop()
 	}
-	close(ls.done)
 	ls.mu.Unlock()
 	ls.l.forget(ls)
 	if ls.obs != nil {
 		ls.obs.Observe(Event{Kind: EventEnd, Backend: ls.l.info.Name, Key: ls.key, Duration: time.Since(ls.granted), Err: reason})
 	}
+	// Last: whoever waits on Done finds the Observer (metrics) already told.
+	close(ls.done)
 }
 
 // checkDeadline ends the lease if its validity deadline has passed, so that a

@@ -14,6 +14,7 @@ const (
 	// EventRenew: a refresh (explicit or automatic) ended (Err nil when it succeeded).
 	EventRenew
 	// EventEnd: a lease ended; Err says why (ErrReleased, ErrExpired, ErrLost, ErrClosed).
+	// It is observed before the lease's Done closes.
 	EventEnd
 )
 
