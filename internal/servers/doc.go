@@ -45,9 +45,9 @@
 //
 // Fault methods on external servers return ErrExternal.
 //
-// *Etcd members are in-process: Stop (graceful close), Kill (abrupt: raft
-// halts first, no leadership hand-over), Restart, Close; there is no Pause
-// (no SIGSTOP for a part of this process).
+// *Etcd members are in-process: Stop (graceful close), Restart, Close; there is
+// no Pause or Kill (no signal for a part of this process). EtcdCluster members are
+// processes of their own (EtcdProcess): Kill is a SIGKILL.
 //
 // # API
 //
@@ -65,7 +65,7 @@
 //	StartZooKeeper(ctx) (*ZooKeeper, error)                   // Addrs(), Mode(ctx), FourLetter(ctx, cmd)
 //	StartZooKeeperEnsemble(ctx, n) (*ZKEnsemble, error)       // Nodes, Addrs(), Leader(ctx), KillLeader(ctx), Close()
 //
-//	StartEtcd(ctx) (*Etcd, error)                             // in this process: Endpoints(), Stop(), Kill(), Restart(ctx, keep)
+//	StartEtcd(ctx) (*Etcd, error)                             // in this process: Endpoints(), Stop(), Restart(ctx, keep)
 //	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // a process per member (EtcdMemberMain): Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
 //
 //	NewProxy(target) (*Proxy, error)                          // Addr(), Cut(), Blackhole(), Stall(), Restore(), Close()

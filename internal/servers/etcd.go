@@ -15,9 +15,10 @@ import (
 
 // Etcd is one etcd member embedded in this process (go.etcd.io/etcd/server/v3/embed),
 // or an external one from DLOCK_ETCD_ADDRS. Being in-process it cannot be
-// paused (no SIGSTOP in-process): Stop closes it gracefully, Kill halts it
-// abruptly (raft stops first, no leadership hand-over), Restart brings it back
-// on the same ports.
+// paused (no SIGSTOP in-process) nor killed (an embedded member stopped abruptly
+// while it serves can crash the whole process: EtcdCluster runs members in
+// processes of their own for that): Stop closes it gracefully, Restart brings it
+// back on the same ports.
 type Etcd struct {
 	name    string
 	dir     string // temp root: data/, etcd.log
@@ -180,26 +181,6 @@ func (e *Etcd) Stop() error {
 	if srv == nil {
 		return nil
 	}
-	srv.Close()
-	<-srv.Server.StopNotify()
-	return nil
-}
-
-// Kill stops the member abruptly, like a crash: its raft node halts at once
-// (no leadership transfer, no goodbye to peers), then its listeners close.
-// No-op when stopped.
-func (e *Etcd) Kill() error {
-	if e.External() {
-		return ErrExternal
-	}
-	e.mu.Lock()
-	srv := e.e
-	e.e = nil
-	e.mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	srv.Server.HardStop()
 	srv.Close()
 	<-srv.Server.StopNotify()
 	return nil
