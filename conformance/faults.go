@@ -290,14 +290,7 @@ func (f *faults) holderPause(t *testing.T, c *Cell, fenced bool) {
 		if err != nil {
 			ch.kill()
 			srv.Close()
-			if f.caps.PerLeaseTTL {
-				t.Errorf("trial %d: the paused holder's lock was not freed within %v, though its TTL is %v: %v", i, f.freeBound(ttl), ttl, err)
-				return
-			}
-			// A session store that keeps a silent holder's lock (its connection
-			// is still open) keeps it in every trial; waiting out the bound again
-			// would show nothing new.
-			c.note("trial %d: the paused holder kept the lock for %v (not granted to another: %v); the remaining %d trials are skipped: a store that ties the lock to the paused holder's open connection keeps it every time", i, f.freeBound(ttl), err, f.trials-i-1)
+			f.keptLock(t, c, i, "paused", ttl, err)
 			return
 		}
 		res.Enter("new-holder", ls.Token())
@@ -314,6 +307,19 @@ func (f *faults) holderPause(t *testing.T, c *Cell, fenced bool) {
 			c.note("trial %d: stale write of token %d refused (new token %d)", i, ch.token, ls.Token())
 		}
 	}
+}
+
+// keptLock records that a silent (paused or cut-off) holder's lock was not freed
+// within the bound in trial i; the caller then skips the remaining trials. With a
+// per-lease TTL that is a failure. A session store that keeps the lock of a holder
+// whose connection is still open keeps it in every trial: waiting out the bound
+// again would show nothing new.
+func (f *faults) keptLock(t *testing.T, c *Cell, i int, holder string, ttl time.Duration, err error) {
+	if f.caps.PerLeaseTTL {
+		t.Errorf("trial %d: the %s holder's lock was not freed within %v, though its TTL is %v: %v", i, holder, f.freeBound(ttl), ttl, err)
+		return
+	}
+	c.note("trial %d: the %s holder kept the lock for %v (not granted to another: %v); the remaining %d trials are skipped: the store keeps the lock of a connection it still sees open", i, holder, f.freeBound(ttl), err, f.trials-i-1)
 }
 
 // grantWhileLive tries to acquire k from b (retrying while the backend is
@@ -428,13 +434,8 @@ func (f *faults) partition(t *testing.T, c *Cell) {
 			ls, err := b.Acquire(ctxFor(t, f.freeBound(ttl)), k)
 			grantedAt := time.Now()
 			if err != nil {
-				if f.caps.PerLeaseTTL {
-					t.Errorf("trial %d: the cut-off holder's lock was not freed within %v, though its TTL is %v: %v", i, f.freeBound(ttl), ttl, err)
-				}
-				// As in holderPause: a store that keeps the lock of a silent but
-				// open connection keeps it every time.
+				f.keptLock(t, c, i, "cut-off", ttl, err)
 				kept = true
-				c.note("trial %d: the cut-off holder's lock was not freed within %v: %v; the remaining %d trials are skipped: the store keeps the lock of a connection it still sees open", i, f.freeBound(ttl), err, f.trials-i-1)
 				return
 			}
 			defer func() { _ = ls.Release(ctxFor(t, 10*time.Second)) }()
