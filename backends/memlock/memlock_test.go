@@ -58,7 +58,10 @@ func TestCloseEndsWaits(t *testing.T) {
 	w := memlock.New(memlock.WithStore(s))
 	errc := make(chan error, 1)
 	go func() { _, err := w.Acquire(ctx, key); errc <- err }()
-	for s.Waiting(key) != 1 {
+	for deadline := time.Now().Add(10 * time.Second); s.Waiting(key) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiting after 10s, want 1", s.Waiting(key))
+		}
 		time.Sleep(time.Millisecond) // the queue is polled: no event announces a waiter
 	}
 	w.Close()
