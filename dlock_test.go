@@ -34,7 +34,7 @@ func TestValidateKey(t *testing.T) {
 }
 
 func TestRetryStrategies(t *testing.T) {
-	lin := dlock.LinearBackoff(7 * time.Millisecond)
+	lin := dlock.ConstantBackoff(7 * time.Millisecond)
 	for a := 1; a < 5; a++ {
 		if d := lin.Backoff(a); d != 7*time.Millisecond {
 			t.Errorf("linear attempt %d: %v", a, d)
@@ -83,7 +83,7 @@ func TestAcquireGivesUpWhenRetriesRunOut(t *testing.T) {
 			attempts = e.Attempts
 		}
 	})
-	_, err = l.Acquire(ctx, "k", dlock.WithRetry(dlock.LimitRetry(dlock.LinearBackoff(time.Millisecond), 2)), dlock.WithObserver(obs))
+	_, err = l.Acquire(ctx, "k", dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 2)), dlock.WithObserver(obs))
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("want ErrNotAcquired, got %v", err)
 	}
@@ -135,7 +135,7 @@ func TestObserverEvents(t *testing.T) {
 	var mu sync.Mutex
 	var events []dlock.Event
 	obs := dlock.ObserverFunc(func(e dlock.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
-	l := dlock.Observe(memlock.New(memlock.WithStore(memlock.NewStore())), obs)
+	l := dlock.Instrument(memlock.New(memlock.WithStore(memlock.NewStore())), obs)
 	defer l.Close()
 	ctx := context.Background()
 	ls, err := l.Acquire(ctx, "k", dlock.WithTTL(time.Minute))

@@ -94,7 +94,7 @@ func ExampleLimitRetry() {
 
 	held, _ := a.Acquire(ctx, "k", dlock.WithTTL(time.Minute))
 	defer held.Release(ctx)
-	_, err := b.Acquire(ctx, "k", dlock.WithRetry(dlock.LimitRetry(dlock.LinearBackoff(time.Millisecond), 3)))
+	_, err := b.Acquire(ctx, "k", dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(time.Millisecond), 3)))
 	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
 	// Output: true
 }

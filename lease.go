@@ -10,7 +10,15 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// lease is the one Lease implementation behind every backend built with New.
+// lease is the one Lease implementation: every Locker built with New hands it out,
+// the backends' and the peers' alike.
+//
+// Its operations on the store (Refresh, Release, a renewal, the release by Close)
+// take turns through op, a one-slot semaphore taken with the caller's context, so
+// that Release and Close honour their own context even while a renewal is in flight
+// (they also cancel it). Its end — released, expired, lost, closed — is decided once
+// under mu and never waits for the store: the validity deadline ends it on time
+// whatever the store does.
 type lease struct {
 	l       *locker
 	key     string
@@ -19,15 +27,38 @@ type lease struct {
 	obs     Observer
 	granted time.Time
 
-	op sync.Mutex // serializes Refresh, Release and renewals
+	op chan struct{} // one slot: held by the operation talking to the store
 
-	mu        sync.Mutex // guards the fields below
-	ttl       time.Duration
-	deadline  time.Time // zero for session leases
-	timer     *time.Timer
-	autoRenew bool
-	err       error
-	done      chan struct{}
+	mu          sync.Mutex // guards the fields below
+	ttl         time.Duration
+	deadline    time.Time // zero for session leases
+	timer       *time.Timer
+	autoRenew   bool
+	renewCancel context.CancelFunc // cancels the renewal in flight, if any
+	err         error
+	done        chan struct{}
+}
+
+func newLease(l *locker, key string, lk driver.Lock, ttl time.Duration, obs Observer) *lease {
+	return &lease{l: l, key: key, lk: lk, token: lk.Token(), ttl: ttl, obs: obs,
+		granted: time.Now(), op: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// start arms the deadline timer, the renewals and the session watch of a lease
+// just granted.
+func (ls *lease) start(autoRenew bool) {
+	if !ls.l.info.SessionTTL {
+		ls.mu.Lock()
+		ls.timer = time.AfterFunc(time.Until(ls.deadline), ls.expire)
+		ls.autoRenew = autoRenew
+		ls.mu.Unlock()
+		if autoRenew {
+			go ls.renewLoop()
+		}
+	}
+	if s, ok := ls.lk.(driver.Sessioned); ok {
+		go ls.watchSession(s)
+	}
 }
 
 func (ls *lease) Key() string           { return ls.key }
@@ -42,10 +73,34 @@ func (ls *lease) Err() error {
 func (ls *lease) String() string {
 	return fmt.Sprintf("lease(%s %q token %d)", ls.l.info.Name, ls.key, ls.token)
 }
+
+// ended reports whether the lease has ended and why.
 func (ls *lease) ended() (bool, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	return ls.err != nil, ls.err
+}
+
+// acquireOp takes the operation slot, or gives up when ctx ends first.
+func (ls *lease) acquireOp(ctx context.Context) error {
+	select {
+	case ls.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (ls *lease) releaseOp() { <-ls.op }
+
+// cancelRenewal makes a renewal in flight give way (to Release or Close).
+func (ls *lease) cancelRenewal() {
+	ls.mu.Lock()
+	cancel := ls.renewCancel
+	ls.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // end ends the lease once with reason; later calls do nothing.
@@ -69,8 +124,8 @@ func (ls *lease) end(reason error) {
 }
 
 // checkDeadline ends the lease if its validity deadline has passed, so that a
-// holder that looks (Done, Err) never sees a lease as valid past its deadline,
-// however late the deadline timer runs on a busy machine.
+// holder that looks (Done, Err, Release) never sees a lease as valid past its
+// deadline, however late the deadline timer runs on a busy machine.
 func (ls *lease) checkDeadline() {
 	ls.mu.Lock()
 	past := ls.err == nil && !ls.deadline.IsZero() && !time.Now().Before(ls.deadline)
@@ -120,18 +175,18 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ls.l.info.SessionTTL {
 		return fmt.Errorf("dlock: %s: leases last as long as the session; Refresh: %w", ls.l.info.Name, errors.ErrUnsupported)
 	}
-	if ttl < ls.l.info.MinTTL {
-		return fmt.Errorf("%w: %v is below the %s backend's minimum of %v", ErrInvalidTTL, ttl, ls.l.info.Name, ls.l.info.MinTTL)
+	if err := ls.l.checkTTL(ttl); err != nil {
+		return err
 	}
-	if d := ls.l.info.Drift(ttl); ttl <= d {
-		return fmt.Errorf("%w: %v leaves no validity after the %v clock-drift allowance (%s)", ErrInvalidTTL, ttl, d, ls.l.info.Name)
+	ls.checkDeadline()
+	if err := ls.acquireOp(ctx); err != nil {
+		return fmt.Errorf("dlock: %s: refresh %q: %w", ls.l.info.Name, ls.key, err)
 	}
-	ls.op.Lock()
-	defer ls.op.Unlock()
+	defer ls.releaseOp()
 	return ls.refresh(ctx, ttl)
 }
 
-// refresh extends the lease; the caller holds ls.op.
+// refresh extends the lease; the caller holds the operation slot.
 func (ls *lease) refresh(ctx context.Context, ttl time.Duration) error {
 	if done, _ := ls.ended(); done {
 		return ls.notHeld()
@@ -166,6 +221,11 @@ func (ls *lease) refresh(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// renewLoop refreshes the lease every TTL/3 until it ends. Each renewal is bounded
+// by half the validity it has left, so that a store that does not answer is asked
+// again before the deadline, and never past it; Release and Close cancel a renewal
+// in flight. When no renewal succeeds by the deadline, the deadline timer ends the
+// lease with ErrLost.
 func (ls *lease) renewLoop() {
 	ls.mu.Lock()
 	interval := ls.ttl / 3
@@ -179,12 +239,18 @@ func (ls *lease) renewLoop() {
 		case <-t.C:
 		}
 		ls.mu.Lock()
-		ttl, deadline := ls.ttl, ls.deadline
+		ttl, remaining := ls.ttl, time.Until(ls.deadline)
+		ctx, cancel := context.WithTimeout(context.Background(), max(remaining/2, 0))
+		ls.renewCancel = cancel
 		ls.mu.Unlock()
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		ls.op.Lock()
-		err := ls.refresh(ctx, ttl)
-		ls.op.Unlock()
+		err := ls.acquireOp(ctx)
+		if err == nil {
+			err = ls.refresh(ctx, ttl)
+			ls.releaseOp()
+		}
+		ls.mu.Lock()
+		ls.renewCancel = nil
+		ls.mu.Unlock()
 		cancel()
 		switch {
 		case err == nil:
@@ -198,8 +264,12 @@ func (ls *lease) renewLoop() {
 }
 
 func (ls *lease) Release(ctx context.Context) error {
-	ls.op.Lock()
-	defer ls.op.Unlock()
+	ls.checkDeadline()
+	ls.cancelRenewal()
+	if err := ls.acquireOp(ctx); err != nil {
+		return fmt.Errorf("dlock: %s: release %q: %w", ls.l.info.Name, ls.key, err)
+	}
+	defer ls.releaseOp()
 	if done, reason := ls.ended(); done {
 		if errors.Is(reason, ErrExpired) {
 			// Past the local deadline the lock may still be ours on the server: free it
@@ -221,13 +291,17 @@ func (ls *lease) Release(ctx context.Context) error {
 	return fmt.Errorf("dlock: %s: release %q: %w", ls.l.info.Name, ls.key, err)
 }
 
-// closeRelease gives the lock up because the Locker is closing.
+// closeRelease gives the lock up because the Locker is closing: released if the
+// store answers within ctx, ended with ErrClosed either way.
 func (ls *lease) closeRelease(ctx context.Context) {
-	ls.op.Lock()
-	defer ls.op.Unlock()
-	if done, _ := ls.ended(); done {
+	ls.cancelRenewal()
+	if err := ls.acquireOp(ctx); err != nil {
+		ls.end(ErrClosed)
 		return
 	}
-	_ = ls.lk.Unlock(ctx)
+	defer ls.releaseOp()
+	if done, _ := ls.ended(); !done {
+		_ = ls.lk.Unlock(ctx)
+	}
 	ls.end(ErrClosed)
 }

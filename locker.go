@@ -13,17 +13,23 @@ import (
 // closeTimeout bounds how long Close waits for the releases of the leases it ends.
 const closeTimeout = 2 * time.Second
 
+// minRetryDelay is the shortest wait between two attempts of Acquire: a strategy
+// that asks for less (ConstantBackoff(0)) would otherwise spin on the store.
+const minRetryDelay = time.Millisecond
+
 // New returns a Locker that runs d's algorithm under the shared machinery: key and
-// TTL validation, the retry loop (woken by d's Notifier, or d's own Queuer), the
-// conservative local validity deadline, auto-renewal, Done/Err bookkeeping, observer
-// events and Close. Backend packages call it from their constructors; users need it
-// only to plug in a backend of their own.
+// TTL validation, the retry loop (woken by d's Notifier, or d's own wait as a
+// Waiter), the conservative local validity deadline, auto-renewal, Done/Err
+// bookkeeping, observer events and Close. Backend packages call it from their
+// constructors; users need it only to plug in a backend of their own (see package
+// driver for what a backend implements).
 func New(d driver.Driver, info driver.Info) Locker {
 	if info.Drift == nil {
 		info.Drift = driver.DefaultDrift
 	}
-	l := &locker{d: d, info: info, closing: make(chan struct{}), leases: map[*lease]struct{}{}}
-	l.queuer, _ = d.(driver.Queuer)
+	l := &locker{d: d, info: info, leases: map[*lease]struct{}{}}
+	l.closeCtx, l.closeAll = context.WithCancelCause(context.Background())
+	l.waiter, _ = d.(driver.Waiter)
 	l.notifier, _ = d.(driver.Notifier)
 	return l
 }
@@ -31,13 +37,35 @@ func New(d driver.Driver, info driver.Info) Locker {
 type locker struct {
 	d        driver.Driver
 	info     driver.Info
-	queuer   driver.Queuer
+	waiter   driver.Waiter
 	notifier driver.Notifier
 
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{} // closed by Close: ends waits
-	leases  map[*lease]struct{}
+	// closeCtx is cancelled, with cause ErrClosed, by Close: it ends every wait.
+	closeCtx context.Context
+	closeAll context.CancelCauseFunc
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*lease]struct{}
+}
+
+// checkTTL returns nil for a TTL the backend can honour and an error wrapping
+// ErrInvalidTTL otherwise: not positive, below the backend's minimum, or no longer
+// than its clock-drift allowance (which would leave no validity).
+func (l *locker) checkTTL(ttl time.Duration) error {
+	if err := ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if l.info.SessionTTL {
+		return nil
+	}
+	if ttl < l.info.MinTTL {
+		return fmt.Errorf("%w: %v is below the %s backend's minimum of %v", ErrInvalidTTL, ttl, l.info.Name, l.info.MinTTL)
+	}
+	if d := l.info.Drift(ttl); ttl <= d {
+		return fmt.Errorf("%w: %v leaves no validity after the %v clock-drift allowance (%s)", ErrInvalidTTL, ttl, d, l.info.Name)
+	}
+	return nil
 }
 
 func (l *locker) Acquire(ctx context.Context, key string, opts ...Option) (Lease, error) {
@@ -57,14 +85,8 @@ func (l *locker) acquire(ctx context.Context, key string, wait bool, opts []Opti
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
-	if err := ValidateTTL(ttl); err != nil {
+	if err := l.checkTTL(ttl); err != nil {
 		return nil, err
-	}
-	if !l.info.SessionTTL && ttl < l.info.MinTTL {
-		return nil, fmt.Errorf("%w: %v is below the %s backend's minimum of %v", ErrInvalidTTL, ttl, l.info.Name, l.info.MinTTL)
-	}
-	if d := l.info.Drift(ttl); !l.info.SessionTTL && ttl <= d {
-		return nil, fmt.Errorf("%w: %v leaves no validity after the %v clock-drift allowance (%s)", ErrInvalidTTL, ttl, d, l.info.Name)
 	}
 	if l.isClosed() {
 		return nil, ErrClosed
@@ -97,16 +119,30 @@ type attempt struct {
 
 func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 	l := a.l
-	// A backend's own queue serves waiters in order; a caller who asked for a retry
-	// strategy gets it (bounded retries of TryLock) instead.
-	if wait && l.queuer != nil && a.opts.Retry == nil {
+	// A backend's own wait (its queue) serves waiters in order; a caller who asked
+	// for a retry strategy gets it (bounded retries of TryLock) instead.
+	if wait && l.waiter != nil && a.opts.Retry == nil {
+		// Close ends the wait: its context is cancelled with cause ErrClosed. (TryLock
+		// gets the caller's context as it is: a driver may let requests it sent run on
+		// after TryLock returned, bounded by that context.)
+		wctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		defer context.AfterFunc(l.closeCtx, func() { cancel(ErrClosed) })()
 		a.attempts = 1
 		t0 := time.Now()
-		lk, err := l.queuer.Lock(ctx, a.key, a.ttl)
+		lk, err := l.waiter.Lock(wctx, a.key, a.ttl)
 		if err != nil {
+			if errors.Is(context.Cause(wctx), ErrClosed) {
+				return nil, ErrClosed
+			}
+			var remaining time.Duration
+			if isBusy(err, &remaining) {
+				a.contended = true
+				return nil, fmt.Errorf("%w: %q is held; the wait gave up (%s): %w", ErrNotAcquired, a.key, l.info.Name, err)
+			}
 			return nil, a.fail(ctx, err)
 		}
-		return l.grant(ctx, a, t0, lk)
+		return l.grant(a, t0, lk)
 	}
 	retry := a.opts.Retry
 	if retry == nil {
@@ -116,15 +152,18 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 	subscribed := false
 	retries := 0
 	for {
-		if l.isClosed() {
+		if l.closeCtx.Err() != nil {
 			return nil, ErrClosed
+		}
+		if ctx.Err() != nil {
+			return nil, a.fail(ctx, ctx.Err())
 		}
 		a.attempts++
 		t0 := time.Now()
 		lk, err := l.d.TryLock(ctx, a.key, a.ttl)
 		var remaining time.Duration
 		if err == nil {
-			ls, gerr := l.grant(ctx, a, t0, lk)
+			ls, gerr := l.grant(a, t0, lk)
 			if !errors.Is(gerr, errValidityElapsed) {
 				return ls, gerr
 			}
@@ -138,9 +177,6 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: %q is held (%s)", ErrNotAcquired, a.key, l.info.Name)
-		}
-		if ctx.Err() != nil {
-			return nil, a.fail(ctx, ctx.Err())
 		}
 		if l.notifier != nil && !subscribed {
 			subscribed = true
@@ -160,12 +196,12 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 		if remaining > 0 && remaining+time.Millisecond < delay {
 			delay = remaining + time.Millisecond
 		}
-		t := time.NewTimer(delay)
+		t := time.NewTimer(max(delay, minRetryDelay))
 		select {
 		case <-t.C:
 		case <-wake:
 		case <-ctx.Done():
-		case <-l.closing:
+		case <-l.closeCtx.Done():
 		}
 		t.Stop()
 	}
@@ -174,14 +210,16 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 // fail turns an error from the backend into the error Acquire returns.
 func (a *attempt) fail(ctx context.Context, err error) error {
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidTTL):
+	case a.l.closeCtx.Err() != nil, errors.Is(err, ErrClosed):
+		return ErrClosed
+	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidTTL):
 		return err
 	case ctx.Err() != nil:
 		if errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("%w: %q (%s): %w", ErrNotAcquired, a.key, a.l.info.Name, err)
 		}
 		return fmt.Errorf("%w: %q (%s): %w (%w)", ErrNotAcquired, a.key, a.l.info.Name, ctx.Err(), err)
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnavailable):
 		return err
 	}
 	return fmt.Errorf("dlock: %s: %w", a.l.info.Name, err)
@@ -193,16 +231,15 @@ func isBusy(err error, remaining *time.Duration) bool {
 		*remaining = b.Remaining
 		return true
 	}
-	return errors.Is(err, ErrNotAcquired)
+	return false
 }
 
 var errValidityElapsed = errors.New("validity elapsed before the grant arrived")
 
 // grant wraps a lock the driver took into a lease, or gives it back when its
 // validity was used up by the request itself or the Locker closed meanwhile.
-func (l *locker) grant(ctx context.Context, a *attempt, t0 time.Time, lk driver.Lock) (*lease, error) {
-	ls := &lease{l: l, key: a.key, lk: lk, token: lk.Token(), ttl: a.ttl, obs: a.opts.Observer,
-		granted: time.Now(), done: make(chan struct{})}
+func (l *locker) grant(a *attempt, t0 time.Time, lk driver.Lock) (*lease, error) {
+	ls := newLease(l, a.key, lk, a.ttl, a.opts.Observer)
 	if vf, ok := lk.(driver.ValidFrom); ok && vf.ValidFrom().After(t0) {
 		t0 = vf.ValidFrom() // both bound the store's TTL; the later one is the tighter
 	}
@@ -221,18 +258,7 @@ func (l *locker) grant(ctx context.Context, a *attempt, t0 time.Time, lk driver.
 	}
 	l.leases[ls] = struct{}{}
 	l.mu.Unlock()
-	if !l.info.SessionTTL {
-		ls.mu.Lock()
-		ls.timer = time.AfterFunc(time.Until(ls.deadline), ls.expire)
-		ls.mu.Unlock()
-		if a.opts.AutoRenew {
-			ls.autoRenew = true
-			go ls.renewLoop()
-		}
-	}
-	if s, ok := lk.(driver.Sessioned); ok {
-		go ls.watchSession(s)
-	}
+	ls.start(a.opts.AutoRenew)
 	return ls, nil
 }
 
@@ -255,6 +281,9 @@ func (l *locker) forget(ls *lease) {
 	l.mu.Unlock()
 }
 
+// Close ends the waits (their contexts are cancelled with cause ErrClosed), gives
+// every held lease up — released within closeTimeout where the store answers, ended
+// with ErrClosed either way — and then closes the driver.
 func (l *locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -262,7 +291,7 @@ func (l *locker) Close() error {
 		return nil
 	}
 	l.closed = true
-	close(l.closing)
+	l.closeAll(ErrClosed)
 	held := make([]*lease, 0, len(l.leases))
 	for ls := range l.leases {
 		held = append(held, ls)
@@ -273,11 +302,7 @@ func (l *locker) Close() error {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, ls := range held {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ls.closeRelease(ctx)
-		}()
+		wg.Go(func() { ls.closeRelease(ctx) })
 	}
 	wg.Wait()
 	if err := l.d.Close(); err != nil {

@@ -33,7 +33,7 @@ type Event struct {
 	Err       error
 }
 
-// Observer receives events from Lockers. Observe is called synchronously on the
+// Observer receives events from Lockers. Its Observe method is called synchronously on the
 // caller's or a lease's goroutine and must be fast and safe for concurrent use. When
 // no Observer is set nothing is measured.
 type Observer interface {
@@ -46,9 +46,10 @@ type ObserverFunc func(Event)
 // Observe calls f.
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// Observe returns a Locker that adds WithObserver(obs) before the options of every
-// call to l. Closing it closes l.
-func Observe(l Locker, obs Observer) Locker {
+// Instrument returns a Locker that reports every call to l, and every lease it
+// grants, to obs: it adds WithObserver(obs) before the options of each call (so an
+// explicit WithObserver on one call replaces it). Closing it closes l.
+func Instrument(l Locker, obs Observer) Locker {
 	return observed{l, obs}
 }
 

@@ -2,11 +2,14 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Opener opens a Locker for a URL of its scheme. The Locker it returns is ready to use
@@ -14,27 +17,70 @@ import (
 // opener opened.
 type Opener func(ctx context.Context, u *url.URL) (Locker, error)
 
-var registry struct {
-	sync.RWMutex
-	m map[string]Opener
+// Scheme is what a backend package registers for one URL scheme: how to open a
+// Locker from a URL, and what such a Locker guarantees.
+type Scheme struct {
+	// Name is the URL scheme, e.g. "redis".
+	Name string
+	// Open opens a Locker for a URL of this scheme.
+	Open Opener
+	// Declare says what a Locker that Open returns for u guarantees, in the terms the
+	// conformance suite checks. It accepts exactly the URLs Open accepts (an error
+	// wrapping ErrInvalidURL otherwise) and contacts no server. Nil means the scheme
+	// declares nothing: `dlock check` then refuses it.
+	Declare func(u *url.URL) (spec.Capabilities, error)
 }
 
-// Register makes a URL scheme available to Open. Backend packages call it from init;
-// a blank import of the package registers its schemes. Registering a scheme twice or
-// a nil opener panics: it is a programming error, found at start-up.
-func Register(scheme string, open Opener) {
+var registry struct {
+	sync.RWMutex
+	m map[string]Scheme
+}
+
+// Register makes a URL scheme available to Open and Declared. Backend packages call
+// it from init, next to their opener; a blank import of the package registers its
+// schemes. Registering a name twice, an empty name or a nil Open panics: it is a
+// programming error, found at start-up.
+func Register(s Scheme) {
 	registry.Lock()
 	defer registry.Unlock()
-	if open == nil {
-		panic("dlock: Register of a nil Opener for scheme " + scheme)
+	if s.Name == "" || s.Open == nil {
+		panic(fmt.Sprintf("dlock: Register of scheme %q without a name or an Opener", s.Name))
 	}
 	if registry.m == nil {
-		registry.m = map[string]Opener{}
+		registry.m = map[string]Scheme{}
 	}
-	if _, dup := registry.m[scheme]; dup {
-		panic("dlock: Register called twice for scheme " + scheme)
+	if _, dup := registry.m[s.Name]; dup {
+		panic("dlock: Register called twice for scheme " + s.Name)
 	}
-	registry.m[scheme] = open
+	registry.m[s.Name] = s
+}
+
+func lookup(scheme string) (Scheme, error) {
+	registry.RLock()
+	s, ok := registry.m[scheme]
+	registry.RUnlock()
+	if !ok {
+		return s, fmt.Errorf("%w: unknown scheme %q (registered: %s; is the backend package imported?)",
+			ErrInvalidURL, scheme, strings.Join(Schemes(), ", "))
+	}
+	return s, nil
+}
+
+// Declared returns what a Locker opened from u guarantees, as its scheme's backend
+// declares it (Scheme.Declare). It returns an error wrapping ErrInvalidURL for an
+// unknown scheme or a URL the scheme's opener would refuse, and one wrapping
+// errors.ErrUnsupported for a scheme registered without a declaration. It contacts
+// no server, so what depends on the servers (persistence, a negotiated session
+// timeout) is as the backend documents for its defaults.
+func Declared(u *url.URL) (spec.Capabilities, error) {
+	s, err := lookup(u.Scheme)
+	if err != nil {
+		return spec.Capabilities{}, err
+	}
+	if s.Declare == nil {
+		return spec.Capabilities{}, fmt.Errorf("dlock: scheme %q declares no capabilities: %w", u.Scheme, errors.ErrUnsupported)
+	}
+	return s.Declare(u)
 }
 
 // Schemes lists the registered URL schemes, sorted.
@@ -62,33 +108,51 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w: %q has no scheme (want one of %s)", ErrInvalidURL, rawURL, strings.Join(Schemes(), ", "))
 	}
-	registry.RLock()
-	open := registry.m[u.Scheme]
-	registry.RUnlock()
-	if open == nil {
-		return nil, fmt.Errorf("%w: unknown scheme %q (registered: %s; is the backend package imported?)",
-			ErrInvalidURL, u.Scheme, strings.Join(Schemes(), ", "))
+	s, err := lookup(u.Scheme)
+	if err != nil {
+		return nil, err
 	}
-	return open(ctx, u)
+	return s.Open(ctx, u)
 }
 
-// CheckQuery returns an error wrapping ErrInvalidURL that names the first query
-// parameter of u not in known. URL openers use it to reject what they do not
-// understand instead of ignoring it.
-func CheckQuery(u *url.URL, known ...string) error {
-	q := u.Query()
-	names := make([]string, 0, len(q))
-	for k := range q {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
+// ParseQuery parses u's query for a scheme's opener, strictly: it returns an error
+// wrapping ErrInvalidURL that names the parameter when a pair is malformed (bad
+// escaping, a ';' separator), when a parameter is given twice, or when one is not in
+// known. A URL opener uses it instead of u.Query, which drops malformed pairs
+// silently (two clients whose typos differed would not exclude each other). Errors
+// name parameters, never values: a value may be a secret.
+func ParseQuery(u *url.URL, known ...string) (map[string]string, error) {
+	q := map[string]string{}
+	for pair := range strings.SplitSeq(u.RawQuery, "&") {
+		if pair == "" {
+			continue
+		}
+		rawKey, rawValue, _ := strings.Cut(pair, "=")
+		k, err := url.QueryUnescape(rawKey)
+		if err != nil || strings.Contains(pair, ";") {
+			return nil, fmt.Errorf("%w: malformed query parameter %q (want name=value pairs joined by &)", ErrInvalidURL, redactPair(rawKey))
+		}
+		v, err := url.QueryUnescape(rawValue)
+		if err != nil {
+			return nil, fmt.Errorf("%w: query parameter %q: malformed value (bad %%-escape)", ErrInvalidURL, k)
+		}
 		if !slices.Contains(known, k) {
 			if len(known) == 0 {
-				return fmt.Errorf("%w: unknown query parameter %q (scheme %s takes none)", ErrInvalidURL, k, u.Scheme)
+				return nil, fmt.Errorf("%w: unknown query parameter %q (scheme %s takes none)", ErrInvalidURL, k, u.Scheme)
 			}
-			return fmt.Errorf("%w: unknown query parameter %q (scheme %s takes %s)", ErrInvalidURL, k, u.Scheme, strings.Join(known, ", "))
+			return nil, fmt.Errorf("%w: unknown query parameter %q (scheme %s takes %s)", ErrInvalidURL, k, u.Scheme, strings.Join(known, ", "))
 		}
+		if _, dup := q[k]; dup {
+			return nil, fmt.Errorf("%w: query parameter %q given twice", ErrInvalidURL, k)
+		}
+		q[k] = v
 	}
-	return nil
+	return q, nil
+}
+
+// redactPair shortens a malformed parameter name for an error message: only the part
+// before a ';', which may join it to a value.
+func redactPair(k string) string {
+	k, _, _ = strings.Cut(k, ";")
+	return k
 }

@@ -7,7 +7,7 @@ import (
 
 // RetryStrategy says how long Acquire waits before attempt number attempt+1, after
 // attempt (counted from 1) found the lock held. A negative result stops: Acquire
-// returns ErrNotAcquired. Implementations must be safe for concurrent use; the ones
+// returns ErrNotAcquired. A result below 1ms is raised to 1ms. Implementations must be safe for concurrent use; the ones
 // here are stateless.
 //
 // Where the backend knows how long the holder still has, the wait is cut to that;
@@ -22,8 +22,10 @@ type RetryFunc func(attempt int) time.Duration
 // Backoff calls f.
 func (f RetryFunc) Backoff(attempt int) time.Duration { return f(attempt) }
 
-// LinearBackoff waits d between attempts, forever (until ctx ends).
-func LinearBackoff(d time.Duration) RetryStrategy {
+// ConstantBackoff waits d between attempts, forever (until ctx ends). Acquire waits
+// at least 1ms between attempts whatever the strategy says, so ConstantBackoff(0)
+// does not spin on the store.
+func ConstantBackoff(d time.Duration) RetryStrategy {
 	return RetryFunc(func(int) time.Duration { return d })
 }
 

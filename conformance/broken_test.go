@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock/backends/memlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // The suite must be able to fail. flawedDriver is a small in-memory lock store with
@@ -34,12 +36,12 @@ const (
 )
 
 // flaws maps each flaw to the property it breaks.
-var flaws = map[flaw]conformance.Property{
-	releaseIgnoresOwner: conformance.OwnerOnlyRelease,
-	neverExpires:        conformance.DeadlockFreedom,
-	twoHolders:          conformance.MutualExclusion,
-	constantToken:       conformance.FencingMonotonic,
-	barging:             conformance.FIFO,
+var flaws = map[flaw]spec.Property{
+	releaseIgnoresOwner: spec.OwnerOnlyRelease,
+	neverExpires:        spec.DeadlockFreedom,
+	twoHolders:          spec.MutualExclusion,
+	constantToken:       spec.FencingMonotonic,
+	barging:             spec.FIFO,
 }
 
 // bargingLocker waits by polling TryAcquire on a memlock Store instead of queueing in
@@ -71,7 +73,7 @@ type queueHarness struct {
 	store   *memlock.Store
 	barge   bool
 	waiting *atomic.Int64
-	caps    conformance.Capabilities
+	caps    spec.Capabilities
 }
 
 func (h queueHarness) NewLocker(t testing.TB) dlock.Locker {
@@ -82,7 +84,9 @@ func (h queueHarness) NewLocker(t testing.TB) dlock.Locker {
 	return l
 }
 
-func (h queueHarness) Capabilities() conformance.Capabilities { return h.caps }
+func (h queueHarness) Capabilities() spec.Capabilities { return h.caps }
+
+func (h queueHarness) Name() string { return "mem (barging: " + strconv.FormatBool(h.barge) + ")" }
 
 func (h queueHarness) Waiting(t testing.TB, key string) int {
 	if h.barge {
@@ -180,14 +184,16 @@ func (l *flawedLock) Unlock(ctx context.Context) error {
 
 type flawedHarness struct {
 	s    *flawedStore
-	caps conformance.Capabilities
+	caps spec.Capabilities
 }
 
 func (h flawedHarness) NewLocker(t testing.TB) dlock.Locker {
 	return dlock.New(flawedDriver{h.s}, driver.Info{Name: "flawed-" + string(h.s.flaw)})
 }
 
-func (h flawedHarness) Capabilities() conformance.Capabilities { return h.caps }
+func (h flawedHarness) Capabilities() spec.Capabilities { return h.caps }
+
+func (h flawedHarness) Name() string { return "flawed-" + string(h.s.flaw) }
 
 // TestFlawedSuite runs the suite on the flawed store named by DLOCK_FLAW (declaring
 // the property DLOCK_DECLARE names as a weakness). It is run by TestSuiteCatchesFlaws.
@@ -196,9 +202,9 @@ func TestFlawedSuite(t *testing.T) {
 	if !ok {
 		t.Skip("run by TestSuiteCatchesFlaws with DLOCK_FLAW set")
 	}
-	caps := conformance.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
+	caps := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
 	if p := os.Getenv("DLOCK_DECLARE"); p != "" {
-		caps.Weaknesses = []conformance.Property{conformance.Property(p)}
+		caps.Weaknesses = []spec.Property{spec.Property(p)}
 	}
 	if os.Getenv("DLOCK_QUEUE") == "1" { // FIFO needs a store with a queue
 		caps.FIFO = true
@@ -218,7 +224,7 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 			run := func(fl flaw, declare bool) (string, error) {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedSuite$/^"+string(prop)+"$", "-test.v", "-test.count=1")
 				cmd.Env = append(os.Environ(), "DLOCK_FLAW="+string(fl))
-				if prop == conformance.FIFO {
+				if prop == spec.FIFO {
 					cmd.Env = append(cmd.Env, "DLOCK_QUEUE=1")
 				}
 				if declare {

@@ -1,22 +1,53 @@
-// Package conformance is the shared test suite every dlock backend passes: Run checks,
-// on the backend's real servers, the properties a distributed lock promises — mutual
-// exclusion, deadlock freedom, owner-only release, expiry, refresh, fencing and more —
-// exactly as the backend's Capabilities declare them.
+// Package conformance is the shared test suite every dlock backend passes. Run checks,
+// on the backend's real servers, the properties a distributed lock promises (package
+// spec lists them: mutual exclusion, deadlock freedom, owner-only release, expiry,
+// refresh, fencing and more) exactly as the backend declares them. RunFaults injects
+// real faults — crashed and paused holders, restarts, failovers, partitions, quorum
+// loss, leader kills, clock jumps — and checks what each does to the lock.
 //
 // A declared weakness is checked too, the other way round: the suite demands that the
 // property is seen to fail, so that a backend whose documentation says "this breaks"
 // keeps a test that shows it breaking. A surprise in either direction fails.
 //
-// Backend packages call Run from a TestConformance; users can run it against their own
-// deployment the same way (or with `dlock check`).
+// A backend package calls both from its tests with a Harness:
+//
+//	func TestConformance(t *testing.T) { conformance.Run(t, harness{…}) }
+//	func TestFaults(t *testing.T)      { conformance.RunFaults(t, harness{…}) }
+//
+// and takes the harness's Capabilities from its own declaration (MustDeclare).
+// Users can run the suite against their own deployment the same way, or with
+// `dlock check`.
+//
+// # Optional harness interfaces
+//
+// The more a harness can do to its backend, the more the suite checks. Each of these
+// interfaces (harness.go) is found by type assertion:
+//
+//	interface          enables
+//	Vanisher           DeadlockFreedom, DoneAndErr with a client that vanishes as a crashed process does
+//	KeyDeleter         OwnerOnlyRelease, DoneAndErr with a lock deleted behind its holder's back
+//	QueueInspector     FIFO (needs Capabilities.FIFO)
+//	WeaknessReproducer declared weaknesses that need a fault of the harness's own
+//	URLer              HolderCrash, HolderPause, HolderPauseFenced (holders in child processes: call ChildMain)
+//	ServerRestarter    ServerRestart
+//	Failoverer         Failover
+//	Partitioner        Partition (with a Link per client)
+//	NodeStopper        QuorumLoss
+//	LeaderKiller       LeaderKill
+//	ClockJumper        ClockJump
+//	Diagnoser          the store's state in the evidence of a scenario that went wrong
+//
+// With $DLOCK_REPORT_DIR set, Run and RunFaults also write their results there as
+// JSON, for `dlock compare` to merge into one report.
 package conformance
 
 import (
-	"slices"
+	"fmt"
+	"net/url"
 	"testing"
-	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Harness gives the suite clients of the backend under test.
@@ -26,106 +57,27 @@ type Harness interface {
 	// also register cleanups on t.
 	NewLocker(t testing.TB) dlock.Locker
 	// Capabilities says what the backend promises; the suite checks exactly that.
-	Capabilities() Capabilities
+	Capabilities() spec.Capabilities
+	// Name names the backend (and its configuration) in reports and logs, e.g.
+	// "redis", "redis (cluster)", "peer+bsm". The conformance and the fault runs of
+	// one configuration use one name: the report shows them as one row.
+	Name() string
 }
 
-// Property names one thing a lock may guarantee. Each is a named subtest of Run.
-type Property string
-
-// The properties Run checks, in order.
-const (
-	MutualExclusion  Property = "MutualExclusion"  // never two holders of one key at once
-	DeadlockFreedom  Property = "DeadlockFreedom"  // a vanished holder's lock frees after its TTL, not before
-	OwnerOnlyRelease Property = "OwnerOnlyRelease" // only the current owner can release or refresh
-	Expiry           Property = "Expiry"           // an unrefreshed lease ends (Done) before anyone else is granted
-	Refresh          Property = "Refresh"          // Refresh and WithAutoRenew keep a lease past its first TTL
-	TryAcquire       Property = "TryAcquire"       // one attempt, ErrNotAcquired without waiting
-	Cancellation     Property = "Cancellation"     // ctx ends a wait promptly and leaves no lock behind
-	FencingMonotonic Property = "FencingMonotonic" // tokens strictly increase per key (or are all 0 without fencing)
-	KeyIsolation     Property = "KeyIsolation"     // similar keys are different locks
-	InputValidation  Property = "InputValidation"  // bad keys and TTLs are rejected; odd valid keys work and stay distinct
-	Close            Property = "Close"            // ErrClosed afterwards; held leases end and free their locks
-	ConcurrentUse    Property = "ConcurrentUse"    // one Locker from 64 goroutines (run under -race)
-	DoneAndErr       Property = "DoneAndErr"       // Done closes on release, expiry and loss with the right Err
-	FIFO             Property = "FIFO"             // with a queue: waiters are granted in arrival order, nobody jumps it
-	NoGoroutineLeaks Property = "NoGoroutineLeaks" // nothing left running once every client is closed
-)
-
-// Properties lists every property in the order Run checks them.
-var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, Expiry, Refresh,
-	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
-	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
-
-// Capabilities declares what a backend promises.
-type Capabilities struct {
-	// Fencing: Lease.Token strictly increases per key. Without it, tokens must be 0.
-	Fencing bool
-	// PerLeaseTTL: each lease has its own TTL (WithTTL). Without it, a lease lasts as
-	// long as its client's session, and SessionTimeout says how long a vanished
-	// client keeps its locks.
-	PerLeaseTTL bool
-	// SessionTimeout: for session-based backends, the longest a vanished client's
-	// locks outlive it.
-	SessionTimeout time.Duration
-	// Refresh: Lease.Refresh extends the TTL. Without it, Refresh must return
-	// errors.ErrUnsupported.
-	Refresh bool
-	// MinTTL: the shortest TTL the suite may use (it uses at least 250ms).
-	MinTTL time.Duration
-	// FIFO: the store queues waiting Acquires and grants the lock in arrival order; a
-	// client that releases and asks again at once queues behind the waiters, and
-	// TryAcquire fails while anyone waits. The suite checks it only with a harness that
-	// implements QueueInspector. Without FIFO, the property is not applicable: a waiter
-	// may be overtaken (barging).
-	FIFO bool
-	// Weaknesses: properties the backend is known not to guarantee. For each, the
-	// suite demands that the violation reproduces.
-	Weaknesses []Property
-	// FaultOutcomes overrides what RunFaults expects of a scenario (by default every
-	// guarantee holds, except that an unfenced resource sees a paused holder's
-	// write): e.g. {ServerRestart: Violated} for Redis without persistence.
-	FaultOutcomes map[Scenario]Status
-	// FaultTrials raises the number of trials of a scenario above Trials(): for a
-	// Sometimes outcome, enough that the violation is likely to show at least once.
-	// It never lowers the number.
-	FaultTrials map[Scenario]int
-}
-
-// Weak reports whether p is a declared weakness.
-func (c Capabilities) Weak(p Property) bool { return slices.Contains(c.Weaknesses, p) }
-
-// Vanisher is implemented by a harness that can make a client disappear the way a
-// crashed process does: without releasing anything and without closing its session
-// politely (e.g. by cutting its connections). Without it, the suite simulates a
-// vanished holder of a per-lease-TTL backend by abandoning its lease.
-type Vanisher interface {
-	Vanish(t testing.TB, l dlock.Locker)
-}
-
-// QueueInspector is implemented by the harness of a backend that declares FIFO: it
-// lets the suite see the store's queue, so that it can line waiters up in a known
-// order.
-type QueueInspector interface {
-	// Waiting reports how many Acquires wait in the store's queue for key (the
-	// holder not counted).
-	Waiting(t testing.TB, key string) int
-}
-
-// KeyDeleter is implemented by a harness that can delete a lock behind its holder's
-// back, as an operator (or a failover) would. It unlocks the checks that a refresh or
-// release of a lock that is no longer ours is refused, and that auto-renewal reports
-// the loss.
-type KeyDeleter interface {
-	DeleteKey(t testing.TB, key string)
-}
-
-// WeaknessReproducer is implemented by a harness whose declared weakness needs a
-// backend-specific fault to show (a crash between two commands, a client with a
-// skewed clock). For such a property the generic check must still hold, and the
-// harness's scenario must show the violation.
-type WeaknessReproducer interface {
-	// ReproduceWeakness runs a scenario meant to violate p and returns what it saw
-	// (each string one violation, with evidence). ok is false when the harness has no
-	// scenario for p; the generic check then must show the violation itself.
-	ReproduceWeakness(t *testing.T, p Property) (violations []string, ok bool)
+// MustDeclare returns what the backend registered for rawURL's scheme declares for
+// rawURL (dlock.Declared), for a harness's Capabilities: the declaration that
+// `dlock check` trusts is then the one the backend's own tests prove, and a harness
+// adds only what depends on its servers (e.g. a Redis with appendfsync always keeps
+// its locks across a restart). It panics when rawURL does not parse or has no
+// declaration: a bug in the harness, not input.
+func MustDeclare(rawURL string) spec.Capabilities {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(fmt.Sprintf("conformance.MustDeclare: %v", err))
+	}
+	c, err := dlock.Declared(u)
+	if err != nil {
+		panic(fmt.Sprintf("conformance.MustDeclare(%s): %v", u.Redacted(), err))
+	}
+	return c
 }

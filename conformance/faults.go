@@ -13,89 +13,15 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/spec"
 )
-
-// Scenario names a fault that RunFaults injects.
-type Scenario string
-
-// The fault scenarios, each enabled by an optional harness interface.
-const (
-	HolderCrash       Scenario = "HolderCrash"       // URLer: the holder process gets SIGKILL
-	HolderPause       Scenario = "HolderPause"       // URLer: the holder is SIGSTOPped past its TTL, then writes (unfenced resource)
-	HolderPauseFenced Scenario = "HolderPauseFenced" // the same, against a resource that checks fencing tokens
-	ServerRestart     Scenario = "ServerRestart"     // ServerRestarter: every server restarts while a lock is held
-	Failover          Scenario = "Failover"          // Failoverer: a lagging replica is promoted while a lock is held
-	Partition         Scenario = "Partition"         // Partitioner: the holder's link is blackholed
-	QuorumLoss        Scenario = "QuorumLoss"        // NodeStopper: a minority, then a majority of nodes stop
-	LeaderKill        Scenario = "LeaderKill"        // LeaderKiller: the cluster leader dies under contention (no overlap; tokens keep increasing)
-	ClockJump         Scenario = "ClockJump"         // ClockJumper: the server's clock jumps forward
-)
-
-// Scenarios lists every scenario in the order RunFaults runs them.
-var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, Partition, QuorumLoss, LeaderKill, ClockJump}
-
-// URLer is implemented by a harness whose backend can be opened by URL from another
-// process (the test binary must call ChildMain from TestMain).
-type URLer interface {
-	URL(t testing.TB) string
-}
-
-// ServerRestarter restarts every server of the backend (with whatever persistence
-// the harness configured) and returns once they answer again.
-type ServerRestarter interface {
-	RestartServers(t testing.TB)
-}
-
-// Failoverer drives an asynchronous-replication failover: PauseReplication makes the
-// replica stop receiving writes; Failover promotes it and points every client of the
-// harness at it.
-type Failoverer interface {
-	PauseReplication(t testing.TB)
-	Failover(t testing.TB)
-}
-
-// Link is one client's network path to the backend.
-type Link interface {
-	Blackhole() // keep connections open but drop every byte both ways
-	Restore()
-}
-
-// Partitioner gives a client whose link to the backend can be cut.
-type Partitioner interface {
-	NewPartitionedLocker(t testing.TB) (dlock.Locker, Link)
-}
-
-// NodeStopper stops and restarts the independent nodes of a multi-node backend.
-type NodeStopper interface {
-	Nodes() int
-	StopNodes(t testing.TB, n int) // stop n nodes (n counts all stopped so far)
-	RestartNodes(t testing.TB)     // bring every stopped node back
-}
-
-// LeaderKiller kills the current leader of the backend's cluster; the cluster is
-// expected to elect another.
-type LeaderKiller interface {
-	KillLeader(t testing.TB)
-}
-
-// Diagnoser is implemented by a harness that can describe the store's state of a
-// key (its queue, who owns what) for the evidence of a scenario that went wrong,
-// e.g. a lock service that did not resume after a leader kill.
-type Diagnoser interface {
-	Diagnose(t testing.TB, key string) string
-}
-
-// ClockJumper moves the server's clock (one server's, for multi-node backends)
-// forward by d.
-type ClockJumper interface {
-	JumpClock(t testing.TB, d time.Duration)
-}
 
 var trialsFlag = flag.Int("faults.trials", 0, "trials per fault scenario (default 3, or $DLOCK_FAULT_TRIALS)")
 
-// Trials is the number of trials per scenario: -faults.trials, else
+// defaultTrials is the number of trials per scenario: -faults.trials, else
 // $DLOCK_FAULT_TRIALS, else 3.
-func Trials() int {
+func defaultTrials() int {
 	if *trialsFlag > 0 {
 		return *trialsFlag
 	}
@@ -105,40 +31,24 @@ func Trials() int {
 	return 3
 }
 
-// expected returns what the Capabilities predict for s.
-func (c Capabilities) expected(s Scenario) Status {
-	if st, ok := c.FaultOutcomes[s]; ok {
-		return st
-	}
-	switch s {
-	case HolderPause:
-		return Violated // no lease survives a pause of its holder without fencing
-	case HolderPauseFenced:
-		if c.Fencing {
-			return Held
-		}
-		return Violated
-	}
-	return Held
-}
+// trials is how many trials RunFaults gives s: defaultTrials(), or more if FaultTrials asks.
+func trials(c spec.Capabilities, s spec.Scenario) int { return max(defaultTrials(), c.FaultTrials[s]) }
 
-// trials is how many trials RunFaults gives s: Trials(), or more if FaultTrials asks.
-func (c Capabilities) trials(s Scenario) int { return max(Trials(), c.FaultTrials[s]) }
-
-// RunFaults runs every scenario the harness enables, Trials() times each, as named
-// subtests, and adds one Cell per scenario to r (which may be nil). An outcome that
-// differs from the expectation (Capabilities.FaultOutcomes, or the defaults: every
-// guarantee holds, except that an unfenced resource sees a paused holder's write)
-// fails the subtest.
-func RunFaults(t *testing.T, backend string, h Harness, r *Report) {
+// RunFaults runs every scenario (spec.Scenarios) that the harness enables, as named
+// subtests, each for several trials (3, or -faults.trials, or $DLOCK_FAULT_TRIALS;
+// more where the declaration's FaultTrials asks). A scenario the harness does not
+// enable is skipped and reported not applicable. An outcome that differs from what
+// the declaration expects (spec.Capabilities.Expect) fails the subtest.
+func RunFaults(t *testing.T, h Harness) {
 	caps := h.Capabilities()
-	own := &Report{Trials: Trials()}
-	saveAtEnd(t, "faults", backend, own)
-	f := &faults{h: h, caps: caps, backend: backend, trials: Trials(), report: r, own: own}
+	backend := h.Name()
+	own := &results.File{Trials: defaultTrials()}
+	results.SaveAtEnd(t, "faults", backend, own)
+	f := &faults{h: h, caps: caps, backend: backend, trials: defaultTrials(), own: own}
 	type run struct {
-		s  Scenario
+		s  spec.Scenario
 		ok bool
-		fn func(*testing.T, *Cell)
+		fn func(*testing.T, *results.Cell)
 	}
 	_, url := h.(URLer)
 	_, restart := h.(ServerRestarter)
@@ -148,32 +58,32 @@ func RunFaults(t *testing.T, backend string, h Harness, r *Report) {
 	_, leader := h.(LeaderKiller)
 	_, clock := h.(ClockJumper)
 	for _, x := range []run{
-		{HolderCrash, url, f.holderCrash},
-		{HolderPause, url, func(t *testing.T, c *Cell) { f.holderPause(t, c, false) }},
-		{HolderPauseFenced, url, func(t *testing.T, c *Cell) { f.holderPause(t, c, true) }},
-		{ServerRestart, restart, f.serverRestart},
-		{Failover, fo, f.failover},
-		{Partition, part, f.partition},
-		{QuorumLoss, nodes, f.quorumLoss},
-		{LeaderKill, leader, f.leaderKill},
-		{ClockJump, clock, f.clockJump},
+		{spec.HolderCrash, url, f.holderCrash},
+		{spec.HolderPause, url, func(t *testing.T, c *results.Cell) { f.holderPause(t, c, false) }},
+		{spec.HolderPauseFenced, url, func(t *testing.T, c *results.Cell) { f.holderPause(t, c, true) }},
+		{spec.ServerRestart, restart, f.serverRestart},
+		{spec.Failover, fo, f.failover},
+		{spec.Partition, part, f.partition},
+		{spec.QuorumLoss, nodes, f.quorumLoss},
+		{spec.LeaderKill, leader, f.leaderKill},
+		{spec.ClockJump, clock, f.clockJump},
 	} {
 		t.Run(string(x.s), func(t *testing.T) {
-			c := Cell{Backend: backend, Scenario: string(x.s), Property: string(MutualExclusion), Expected: caps.expected(x.s)}
+			c := results.Cell{Backend: backend, Scenario: string(x.s), Property: string(spec.MutualExclusion), Expected: caps.Expect(x.s)}
 			if !x.ok {
-				c.Status, c.Expected = NotApplicable, NotApplicable
+				c.Status, c.Expected = spec.NotApplicable, spec.NotApplicable
 				f.add(c)
 				t.Skipf("%s: the harness does not enable this scenario", x.s)
 			}
-			f.trials = caps.trials(x.s)
+			f.trials = trials(caps, x.s)
 			x.fn(t, &c)
 			if t.Failed() {
 				return
 			}
 			if c.Status == "" {
-				c.Status = Held
+				c.Status = spec.Held
 				if c.Violations > 0 {
-					c.Status = Violated
+					c.Status = spec.Violated
 				}
 			}
 			f.add(c)
@@ -188,36 +98,18 @@ func RunFaults(t *testing.T, backend string, h Harness, r *Report) {
 
 type faults struct {
 	h       Harness
-	caps    Capabilities
+	caps    spec.Capabilities
 	backend string
 	trials  int
-	report  *Report
-	own     *Report // saved to $DLOCK_REPORT_DIR
+	own     *results.File // saved to $DLOCK_REPORT_DIR
 }
 
-func (f *faults) add(c Cell) {
-	f.own.Add(c)
-	if f.report != nil {
-		f.report.Add(c)
-	}
-}
+func (f *faults) add(c results.Cell) { f.own.Add(c) }
 
 func (f *faults) client(t testing.TB) dlock.Locker {
 	l := f.h.NewLocker(t)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
-}
-
-// note adds evidence, keeping a few items.
-func (c *Cell) note(format string, args ...any) {
-	if len(c.Evidence) < 6 {
-		c.Evidence = append(c.Evidence, fmt.Sprintf(format, args...))
-	}
-}
-
-func (c *Cell) violation(format string, args ...any) {
-	c.Violations++
-	c.note(format, args...)
 }
 
 // leaseTTL is the TTL fault scenarios give their leases: long enough for a child
@@ -232,8 +124,8 @@ func (f *faults) freeBound(ttl time.Duration) time.Duration {
 	return f.caps.SessionTimeout + 10*time.Second
 }
 
-func (f *faults) holderCrash(t *testing.T, c *Cell) {
-	c.Property = string(DeadlockFreedom)
+func (f *faults) holderCrash(t *testing.T, c *results.Cell) {
+	c.Property = string(spec.DeadlockFreedom)
 	url := f.h.(URLer).URL(t)
 	b := f.client(t)
 	ttl := f.leaseTTL()
@@ -248,7 +140,7 @@ func (f *faults) holderCrash(t *testing.T, c *Cell) {
 				at := time.Since(ch.start)
 				_ = ls.Release(ctxFor(t, 10*time.Second))
 				if at < ttl-tolerance {
-					c.violation("trial %d: granted right after the holder's death, %v into its %v TTL", i, at, ttl)
+					c.Violation("trial %d: granted right after the holder's death, %v into its %v TTL", i, at, ttl)
 					continue
 				}
 			}
@@ -256,30 +148,30 @@ func (f *faults) holderCrash(t *testing.T, c *Cell) {
 		c.Trials++
 		ls, err := b.Acquire(ctxFor(t, f.freeBound(ttl)), k)
 		if err != nil {
-			c.violation("trial %d: the dead holder's lock was not freed within %v: %v", i, f.freeBound(ttl), err)
+			c.Violation("trial %d: the dead holder's lock was not freed within %v: %v", i, f.freeBound(ttl), err)
 			continue
 		}
 		granted := time.Now()
 		if f.caps.PerLeaseTTL && granted.Sub(ch.start) < ttl-2*time.Millisecond {
-			c.violation("trial %d: granted %v after the dead holder began to acquire, before its %v TTL", i, granted.Sub(ch.start), ttl)
+			c.Violation("trial %d: granted %v after the dead holder began to acquire, before its %v TTL", i, granted.Sub(ch.start), ttl)
 		}
 		freed = append(freed, granted.Sub(killed))
 		_ = ls.Release(ctxFor(t, 10*time.Second))
 	}
 	c.Trials = f.trials
 	if len(freed) > 0 {
-		c.note("lock freed %v after SIGKILL (ttl %v, session timeout %v)", freed, ttl, f.caps.SessionTimeout)
+		c.Note("lock freed %v after SIGKILL (ttl %v, session timeout %v)", freed, ttl, f.caps.SessionTimeout)
 	}
 }
 
-func (f *faults) holderPause(t *testing.T, c *Cell, fenced bool) {
+func (f *faults) holderPause(t *testing.T, c *results.Cell, fenced bool) {
 	url := f.h.(URLer).URL(t)
 	b := f.client(t)
 	ttl := f.leaseTTL()
 	for i := range f.trials {
 		c.Trials++
 		res := NewResource(fenced)
-		srv, err := NewResourceServer(res)
+		srv, err := newResourceServer(res)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,9 +194,9 @@ func (f *faults) holderPause(t *testing.T, c *Cell, fenced bool) {
 		ch.kill()
 		srv.Close()
 		if ans == "WROTE OK" {
-			c.violation("trial %d: the resumed holder (token %d) wrote while the new holder (token %d) held the lock", i, ch.token, ls.Token())
+			c.Violation("trial %d: the resumed holder (token %d) wrote while the new holder (token %d) held the lock", i, ch.token, ls.Token())
 		} else {
-			c.note("trial %d: stale write of token %d refused (new token %d)", i, ch.token, ls.Token())
+			c.Note("trial %d: stale write of token %d refused (new token %d)", i, ch.token, ls.Token())
 		}
 	}
 }
@@ -314,12 +206,12 @@ func (f *faults) holderPause(t *testing.T, c *Cell, fenced bool) {
 // per-lease TTL that is a failure. A session store that keeps the lock of a holder
 // whose connection is still open keeps it in every trial: waiting out the bound
 // again would show nothing new.
-func (f *faults) keptLock(t *testing.T, c *Cell, i int, holder string, ttl time.Duration, err error) {
+func (f *faults) keptLock(t *testing.T, c *results.Cell, i int, holder string, ttl time.Duration, err error) {
 	if f.caps.PerLeaseTTL {
 		t.Errorf("trial %d: the %s holder's lock was not freed within %v, though its TTL is %v: %v", i, holder, f.freeBound(ttl), ttl, err)
 		return
 	}
-	c.note("trial %d: the %s holder kept the lock for %v (not granted to another: %v); the remaining %d trials are skipped: the store keeps the lock of a connection it still sees open", i, holder, f.freeBound(ttl), err, f.trials-i-1)
+	c.Note("trial %d: the %s holder kept the lock for %v (not granted to another: %v); the remaining %d trials are skipped: the store keeps the lock of a connection it still sees open", i, holder, f.freeBound(ttl), err, f.trials-i-1)
 }
 
 // grantWhileLive tries to acquire k from b (retrying while the backend is
@@ -345,14 +237,14 @@ func grantWhileLive(t testing.TB, b dlock.Locker, k string, la dlock.Lease, with
 	}
 }
 
-func (f *faults) heldThroughFault(t *testing.T, c *Cell, fault func(i int)) {
+func (f *faults) heldThroughFault(t *testing.T, c *results.Cell, fault func(i int)) {
 	a, b := f.client(t), f.client(t)
 	for i := range f.trials {
 		c.Trials++
 		k := key(t, fmt.Sprintf("fault%d", i))
 		la, err := a.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(30*time.Second))
 		if err != nil {
-			c.note("trial %d: the first holder was not granted: %v", i, err)
+			c.Note("trial %d: the first holder was not granted: %v", i, err)
 			fault(i)
 			continue
 		}
@@ -360,23 +252,23 @@ func (f *faults) heldThroughFault(t *testing.T, c *Cell, fault func(i int)) {
 		granted, live, unavail, err := grantWhileLive(t, b, k, la, 30*time.Second)
 		switch {
 		case granted && live:
-			c.violation("trial %d: a second client was granted the lock while the first lease (token %d) was live", i, la.Token())
+			c.Violation("trial %d: a second client was granted the lock while the first lease (token %d) was live", i, la.Token())
 		case granted:
-			c.note("trial %d: the first lease ended (%v) before the second grant", i, la.Err())
+			c.Note("trial %d: the first lease ended (%v) before the second grant", i, la.Err())
 		case err != nil:
 			c.Unavailable = max(c.Unavailable, unavail)
-			c.note("trial %d: unavailable for %v: %v", i, unavail.Round(time.Millisecond), err)
+			c.Note("trial %d: unavailable for %v: %v", i, unavail.Round(time.Millisecond), err)
 		}
 		_ = la.Release(ctxFor(t, 10*time.Second))
 	}
 }
 
-func (f *faults) serverRestart(t *testing.T, c *Cell) {
+func (f *faults) serverRestart(t *testing.T, c *results.Cell) {
 	r := f.h.(ServerRestarter)
 	f.heldThroughFault(t, c, func(int) { r.RestartServers(t) })
 }
 
-func (f *faults) failover(t *testing.T, c *Cell) {
+func (f *faults) failover(t *testing.T, c *results.Cell) {
 	fo := f.h.(Failoverer)
 	a, b := f.client(t), f.client(t)
 	for i := range f.trials {
@@ -386,22 +278,22 @@ func (f *faults) failover(t *testing.T, c *Cell) {
 		la, err := a.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(30*time.Second))
 		fo.Failover(t)
 		if err != nil {
-			c.note("trial %d: the first holder was not granted before the failover: %v", i, err)
+			c.Note("trial %d: the first holder was not granted before the failover: %v", i, err)
 			continue
 		}
 		granted, live, unavail, gerr := grantWhileLive(t, b, k, la, 30*time.Second)
 		switch {
 		case granted && live:
-			c.violation("trial %d: the promoted replica granted the lock again while the first lease (token %d) was live", i, la.Token())
+			c.Violation("trial %d: the promoted replica granted the lock again while the first lease (token %d) was live", i, la.Token())
 		case gerr != nil:
 			c.Unavailable = max(c.Unavailable, unavail)
-			c.note("trial %d: unavailable after failover: %v", i, gerr)
+			c.Note("trial %d: unavailable after failover: %v", i, gerr)
 		}
 		_ = la.Release(ctxFor(t, 10*time.Second))
 	}
 }
 
-func (f *faults) partition(t *testing.T, c *Cell) {
+func (f *faults) partition(t *testing.T, c *results.Cell) {
 	p := f.h.(Partitioner)
 	b := f.client(t)
 	ttl := f.leaseTTL()
@@ -446,16 +338,16 @@ func (f *faults) partition(t *testing.T, c *Cell) {
 					c.Margin, first = margin, false
 				}
 			default:
-				c.violation("trial %d: granted to another client while the cut-off holder's lease (token %d) had not ended", i, la.Token())
+				c.Violation("trial %d: granted to another client while the cut-off holder's lease (token %d) had not ended", i, la.Token())
 			}
 		}()
 	}
 	if !first {
-		c.note("the cut-off holder's lease ended at least %v before the next grant", c.Margin)
+		c.Note("the cut-off holder's lease ended at least %v before the next grant", c.Margin)
 	}
 }
 
-func (f *faults) quorumLoss(t *testing.T, c *Cell) {
+func (f *faults) quorumLoss(t *testing.T, c *results.Cell) {
 	ns := f.h.(NodeStopper)
 	c.Property = "Availability"
 	l := f.client(t)
@@ -466,19 +358,19 @@ func (f *faults) quorumLoss(t *testing.T, c *Cell) {
 		c.Trials++
 		ns.StopNodes(t, minority)
 		if err := cycle(t, l, key(t, fmt.Sprintf("quorum-minority%d", i))); err != nil {
-			c.violation("trial %d: %d of %d nodes down (a majority up): not granted: %v", i, minority, n, err)
+			c.Violation("trial %d: %d of %d nodes down (a majority up): not granted: %v", i, minority, n, err)
 		}
 		ns.StopNodes(t, majority)
 		start := time.Now()
-		_, err := l.Acquire(ctxFor(t, 30*time.Second), key(t, fmt.Sprintf("quorum-majority%d", i)), dlock.WithRetry(dlock.LimitRetry(dlock.LinearBackoff(10*time.Millisecond), 2)))
+		_, err := l.Acquire(ctxFor(t, 30*time.Second), key(t, fmt.Sprintf("quorum-majority%d", i)), dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(10*time.Millisecond), 2)))
 		took := time.Since(start)
 		switch {
 		case err == nil:
-			c.violation("trial %d: %d of %d nodes down: granted without a quorum", i, majority, n)
+			c.Violation("trial %d: %d of %d nodes down: granted without a quorum", i, majority, n)
 		case !errors.Is(err, dlock.ErrUnavailable):
-			c.violation("trial %d: %d of %d nodes down: want ErrUnavailable, got %v", i, majority, n, err)
+			c.Violation("trial %d: %d of %d nodes down: want ErrUnavailable, got %v", i, majority, n, err)
 		default:
-			c.note("trial %d: ErrUnavailable after %v with %d of %d down", i, took.Round(time.Millisecond), majority, n)
+			c.Note("trial %d: ErrUnavailable after %v with %d of %d down", i, took.Round(time.Millisecond), majority, n)
 		}
 		ns.RestartNodes(t)
 	}
@@ -492,7 +384,7 @@ func cycle(t testing.TB, l dlock.Locker, k string) error {
 	return ls.Release(ctxFor(t, 10*time.Second))
 }
 
-func (f *faults) leaderKill(t *testing.T, c *Cell) {
+func (f *faults) leaderKill(t *testing.T, c *results.Cell) {
 	lk := f.h.(LeaderKiller)
 	const clients = 4
 	for i := range f.trials {
@@ -551,22 +443,22 @@ func (f *faults) leaderKill(t *testing.T, c *Cell) {
 			<-done
 		}
 		if !ok {
-			c.Status = Unavailable
-			c.note("trial %d: the lock service did not resume within 45s of the leader's death", i)
+			c.Status = spec.Unavailable
+			c.Note("trial %d: the lock service did not resume within 45s of the leader's death", i)
 			if d, isD := f.h.(Diagnoser); isD {
-				c.note("trial %d: the store then: %s", i, d.Diagnose(t, k))
+				c.Note("trial %d: the store then: %s", i, d.Diagnose(t, k))
 			}
 		} else {
 			c.Unavailable = max(c.Unavailable, resumed.Sub(killed))
 		}
 		for _, o := range res.Overlaps() {
-			c.violation("trial %d: %s", i, o)
+			c.Violation("trial %d: %s", i, o)
 		}
 		for _, s := range tokens.stale {
-			c.violation("trial %d: fencing token did not increase across the leader change: %s", i, s)
+			c.Violation("trial %d: fencing token did not increase across the leader change: %s", i, s)
 		}
 	}
-	c.note("first grant after the leader kill came within %v", c.Unavailable.Round(time.Millisecond))
+	c.Note("first grant after the leader kill came within %v", c.Unavailable.Round(time.Millisecond))
 }
 
 // grantLog records when grants happened and signals each one.
@@ -609,7 +501,7 @@ func (g *grantLog) waitFor(n int, since time.Time, within time.Duration) (time.T
 	}
 }
 
-func (f *faults) clockJump(t *testing.T, c *Cell) {
+func (f *faults) clockJump(t *testing.T, c *results.Cell) {
 	cj := f.h.(ClockJumper)
 	f.heldThroughFault(t, c, func(int) { cj.JumpClock(t, 2*time.Minute) })
 }

@@ -433,15 +433,15 @@ func ValidKeys() []string {
 	}
 }
 
-// InvalidKeys are keys every backend must reject with ErrInvalidKey.
-func InvalidKeys() []string {
+// invalidKeys are keys every backend must reject with ErrInvalidKey.
+func invalidKeys() []string {
 	return []string{"", strings.Repeat("k", dlock.MaxKeyLen+1), "\xff", "a\xc3", strings.Repeat("é", 128)}
 }
 
 func (s *suite) inputValidation(t *testing.T, v *verdict) {
 	a, b := s.client(t), s.client(t)
 	ctx := ctxFor(t, time.Minute)
-	for _, bad := range InvalidKeys() {
+	for _, bad := range invalidKeys() {
 		if _, err := a.TryAcquire(ctx, bad); !errors.Is(err, dlock.ErrInvalidKey) {
 			v.violated("TryAcquire(%q): want ErrInvalidKey, got %v", bad, err)
 		}

@@ -9,10 +9,10 @@ import (
 	"sync"
 )
 
-// ResourceServer puts a Resource on a loopback TCP port so that holders in child
+// resourceServer puts a Resource on a loopback TCP port so that holders in child
 // processes can enter and leave it. The protocol is one line per request:
 // "ENTER <holder> <token>" answers "OK" or "STALE"; "LEAVE <holder>" answers "OK".
-type ResourceServer struct {
+type resourceServer struct {
 	*Resource
 	ln   net.Listener
 	wg   sync.WaitGroup
@@ -20,23 +20,23 @@ type ResourceServer struct {
 	conn map[net.Conn]struct{}
 }
 
-// NewResourceServer serves r on 127.0.0.1 (a free port) until Close.
-func NewResourceServer(r *Resource) (*ResourceServer, error) {
+// newResourceServer serves r on 127.0.0.1 (a free port) until Close.
+func newResourceServer(r *Resource) (*resourceServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &ResourceServer{Resource: r, ln: ln, conn: map[net.Conn]struct{}{}}
+	s := &resourceServer{Resource: r, ln: ln, conn: map[net.Conn]struct{}{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
 }
 
 // Addr is the host:port children dial.
-func (s *ResourceServer) Addr() string { return s.ln.Addr().String() }
+func (s *resourceServer) Addr() string { return s.ln.Addr().String() }
 
 // Close stops serving and waits for every connection's goroutine to end.
-func (s *ResourceServer) Close() error {
+func (s *resourceServer) Close() error {
 	err := s.ln.Close()
 	s.mu.Lock()
 	for c := range s.conn {
@@ -47,7 +47,7 @@ func (s *ResourceServer) Close() error {
 	return err
 }
 
-func (s *ResourceServer) accept() {
+func (s *resourceServer) accept() {
 	defer s.wg.Done()
 	for {
 		c, err := s.ln.Accept()
@@ -62,7 +62,7 @@ func (s *ResourceServer) accept() {
 	}
 }
 
-func (s *ResourceServer) serve(c net.Conn) {
+func (s *resourceServer) serve(c net.Conn) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
@@ -92,7 +92,7 @@ func (s *ResourceServer) serve(c net.Conn) {
 	}
 }
 
-// resourceCall sends one request to a ResourceServer and returns its answer.
+// resourceCall sends one request to a resourceServer and returns its answer.
 func resourceCall(addr, req string) (string, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

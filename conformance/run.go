@@ -13,6 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // minUnit is the shortest TTL the suite gives a lease. Requests to a real server
@@ -26,8 +28,8 @@ const minUnit = 250 * time.Millisecond
 func Run(t *testing.T, h Harness) {
 	caps := h.Capabilities()
 	s := &suite{h: h, caps: caps, unit: max(caps.MinTTL, minUnit),
-		backend: backendName(t, h), report: &Report{Trials: 1}}
-	saveAtEnd(t, "conformance", s.backend, s.report)
+		backend: h.Name(), report: &results.File{Trials: 1}}
+	results.SaveAtEnd(t, "conformance", s.backend, s.report)
 
 	// Start whatever the harness starts lazily before taking the goroutine snapshot.
 	warm := h.NewLocker(t)
@@ -36,22 +38,22 @@ func Run(t *testing.T, h Harness) {
 	}
 	before := goleak.IgnoreCurrent()
 
-	checks := map[Property]func(*testing.T, *verdict){
-		MutualExclusion:  s.mutualExclusion,
-		DeadlockFreedom:  s.deadlockFreedom,
-		OwnerOnlyRelease: s.ownerOnlyRelease,
-		Expiry:           s.expiry,
-		Refresh:          s.refresh,
-		TryAcquire:       s.tryAcquire,
-		Cancellation:     s.cancellation,
-		FencingMonotonic: s.fencingMonotonic,
-		KeyIsolation:     s.keyIsolation,
-		InputValidation:  s.inputValidation,
-		Close:            s.close,
-		ConcurrentUse:    s.concurrentUse,
-		DoneAndErr:       s.doneAndErr,
-		FIFO:             s.fifo,
-		NoGoroutineLeaks: func(t *testing.T, v *verdict) {
+	checks := map[spec.Property]func(*testing.T, *verdict){
+		spec.MutualExclusion:  s.mutualExclusion,
+		spec.DeadlockFreedom:  s.deadlockFreedom,
+		spec.OwnerOnlyRelease: s.ownerOnlyRelease,
+		spec.Expiry:           s.expiry,
+		spec.Refresh:          s.refresh,
+		spec.TryAcquire:       s.tryAcquire,
+		spec.Cancellation:     s.cancellation,
+		spec.FencingMonotonic: s.fencingMonotonic,
+		spec.KeyIsolation:     s.keyIsolation,
+		spec.InputValidation:  s.inputValidation,
+		spec.Close:            s.close,
+		spec.ConcurrentUse:    s.concurrentUse,
+		spec.DoneAndErr:       s.doneAndErr,
+		spec.FIFO:             s.fifo,
+		spec.NoGoroutineLeaks: func(t *testing.T, v *verdict) {
 			// A closed client's connections may take a moment to wind down (gRPC
 			// transports close asynchronously): look again for a few seconds.
 			var err error
@@ -65,17 +67,17 @@ func Run(t *testing.T, h Harness) {
 			}
 		},
 	}
-	for _, p := range Properties {
+	for _, p := range spec.Properties {
 		s.property(t, p, checks[p])
 	}
 }
 
 type suite struct {
 	h       Harness
-	caps    Capabilities
+	caps    spec.Capabilities
 	unit    time.Duration // the shortest TTL the suite uses
 	backend string
-	report  *Report
+	report  *results.File
 }
 
 // verdict collects violations of the property under test. Anything else that goes
@@ -97,7 +99,7 @@ func (v *verdict) list() []string {
 	return append([]string(nil), v.violations...)
 }
 
-func (s *suite) property(t *testing.T, p Property, check func(*testing.T, *verdict)) {
+func (s *suite) property(t *testing.T, p spec.Property, check func(*testing.T, *verdict)) {
 	t.Run(string(p), func(t *testing.T) {
 		v := &verdict{}
 		var evidence []string
@@ -197,3 +199,26 @@ func waitDone(t testing.TB, ls dlock.Lease, within time.Duration) (time.Time, bo
 // sleepUntil sleeps until the moment at; the suite measures time-based properties, so
 // here the passing of time is the subject, not a stand-in for a signal.
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
+
+// propertyCell records one property's outcome in a conformance run.
+func propertyCell(backend string, p spec.Property, weak bool, t *testing.T, evidence []string) results.Cell {
+	c := results.Cell{Backend: backend, Scenario: "Conformance", Property: string(p), Trials: 1, Expected: spec.Held}
+	if weak {
+		c.Expected = spec.Violated
+	}
+	switch {
+	case t.Skipped():
+		c.Status, c.Expected = spec.NotApplicable, spec.NotApplicable
+	case t.Failed():
+		c.Status = "failed"
+		c.Note("the subtest failed: see the test log")
+	case weak:
+		c.Status, c.Violations = spec.Violated, 1
+	default:
+		c.Status = spec.Held
+	}
+	for _, e := range evidence {
+		c.Note("%s", e)
+	}
+	return c
+}

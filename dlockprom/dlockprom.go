@@ -2,7 +2,7 @@
 //
 //	obs, err := dlockprom.New(prometheus.DefaultRegisterer)
 //	if err != nil { … }
-//	locker = dlock.Observe(locker, obs) // or dlock.WithObserver(obs) on one call
+//	locker = dlock.Instrument(locker, obs) // or dlock.WithObserver(obs) on one call
 //
 // Metrics (namespace "dlock" unless WithNamespace says otherwise; every one has the
 // label backend, the backend's name such as "redis" or "mem"):
@@ -36,8 +36,9 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dlock-go/dlock"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlock-go/dlock"
 )
 
 // Label values of the outcome and reason labels.

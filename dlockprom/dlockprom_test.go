@@ -7,15 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/memlock"
 	"github.com/dlock-go/dlock/dlockprom"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	_ "github.com/dlock-go/dlock/peers/bsmpeer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { servertest.Main(m) }
 
 // setup returns an observed Locker on a private memlock Store, the Store, and the
 // registry holding the metrics.
@@ -27,7 +29,7 @@ func setup(t *testing.T) (dlock.Locker, *memlock.Store, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	store := memlock.NewStore()
-	l := dlock.Observe(memlock.New(memlock.WithStore(store)), obs)
+	l := dlock.Instrument(memlock.New(memlock.WithStore(store)), obs)
 	t.Cleanup(func() { l.Close() })
 	return l, store, reg
 }
@@ -79,6 +81,40 @@ func expect(t *testing.T, reg *prometheus.Registry, want float64, name string, l
 	}
 }
 
+// TestPeerLeases: a peer's leases run under dlock's lease core too, so a Locker
+// opened by a peer+ URL reports to the Observer like a backend's.
+func TestPeerLeases(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	obs, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pl, err := dlock.Open(ctx, "peer+bsm://"+servertest.Redis(t).Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := dlock.Instrument(pl, obs)
+	defer l.Close()
+	ls, err := l.Acquire(ctx, t.Name(), dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const backend = "bsm/redislock"
+	expect(t, reg, 1, "dlock_acquire_duration_seconds", "backend", backend, "outcome", "acquired")
+	expect(t, reg, 1, "dlock_leases_held", "backend", backend)
+	if err := ls.Refresh(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, reg, 1, "dlock_renewals_total", "backend", backend, "outcome", "ok")
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, reg, 0, "dlock_leases_held", "backend", backend)
+	expect(t, reg, 1, "dlock_lease_ends_total", "backend", backend, "reason", "released")
+}
+
 func TestAcquireRelease(t *testing.T) {
 	l, _, reg := setup(t)
 	ctx := context.Background()
@@ -111,7 +147,7 @@ func TestContention(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
-	if _, err := l.Acquire(short, "k", dlock.WithRetry(dlock.LinearBackoff(5*time.Millisecond))); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := l.Acquire(short, "k", dlock.WithRetry(dlock.ConstantBackoff(5*time.Millisecond))); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("Acquire of a held lock: %v", err)
 	}
 	expect(t, reg, 2, "dlock_acquire_duration_seconds", "backend", "mem", "outcome", "not_acquired")
@@ -293,7 +329,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			l := memlock.New(memlock.WithStore(memlock.NewStore()))
 			defer l.Close()
 			if bc.obs != nil {
-				l = dlock.Observe(l, bc.obs)
+				l = dlock.Instrument(l, bc.obs)
 			}
 			ctx := context.Background()
 			b.ReportAllocs()

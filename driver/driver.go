@@ -3,14 +3,19 @@
 // A backend holds only its store's algorithm: one attempt to take a lock (Driver),
 // and the owner-checked refresh and release of a lock it took (Lock). Everything
 // else — key and TTL validation, the retry loop, auto-renewal, the local validity
-// deadline, Done/Err bookkeeping, observer calls, Close — is written once in
-// dlock.New. Optional interfaces, found by type assertion, let a backend wake
-// waiters on release (Notifier), queue waiters itself (Queuer), or report a lock
-// lost by its store (Sessioned).
+// deadline, Done/Err bookkeeping, observer calls, ending waits on Close — is written
+// once in dlock.New. Optional interfaces, found by type assertion, let a backend wake
+// waiters on release (Notifier), wait for a lock itself (Waiter), report a lock lost
+// by its store (Sessioned), or say when the store started a lock's TTL (ValidFrom).
 //
-// Errors: a backend returns dlock.ErrNotAcquired (or Busy) when another owner holds
-// the lock, dlock.ErrNotHeld when a refresh or release finds the lock is no longer
-// ours, and anything else (wrapped with %w) for failures of the store.
+// Errors: a backend returns Busy when another owner holds the lock, dlock.ErrNotHeld
+// when a refresh or release finds the lock is no longer ours, and anything else
+// (wrapped with %w) for failures of the store. A backend never needs to return
+// dlock.ErrClosed, ErrInvalidKey or ErrInvalidTTL: dlock.New checks those first.
+//
+// What a backend does NOT have to do: validate keys or TTLs, keep a lease's local
+// validity deadline, retry, renew, or end its waits when the Locker closes (the
+// context it is given is cancelled then).
 package driver
 
 import (
@@ -21,15 +26,20 @@ import (
 // Driver is one client of a lock store. Safe for concurrent use.
 type Driver interface {
 	// TryLock makes one attempt to take key for ttl. When another owner holds key it
-	// returns Busy(remaining) or an error wrapping dlock.ErrNotAcquired. The key has
-	// been validated; the driver escapes it as its store needs.
+	// returns Busy(remaining). The key and the TTL have been validated (the TTL is at
+	// least Info.MinTTL); the driver escapes the key as its store needs.
 	TryLock(ctx context.Context, key string, ttl time.Duration) (Lock, error)
-	// Close releases the driver's resources. Locks still held need not be released;
-	// dlock.New releases them before calling Close.
+	// Close releases what the driver holds: the connections and clients it opened
+	// (not those it was given), subscriptions, background goroutines. dlock.New calls
+	// it once, when the Locker closes, after every wait has ended (their contexts are
+	// cancelled first) and every lease has been released or given up. It must not
+	// block on a store that does not answer for longer than the store's own timeouts,
+	// and must leave no goroutine of the driver's running once it returns. Locks still
+	// held need not be released.
 	Close() error
 }
 
-// Lock is one lock taken by TryLock or Queuer.Lock.
+// Lock is one lock taken by TryLock or Waiter.Lock.
 type Lock interface {
 	// Token is the fencing token of this grant, 0 if the store cannot fence.
 	Token() uint64
@@ -40,8 +50,9 @@ type Lock interface {
 	Unlock(ctx context.Context) error
 }
 
-// BusyError reports that another owner holds the lock. dlock treats it as
-// dlock.ErrNotAcquired.
+// BusyError reports that another owner holds the lock: the one way a driver says
+// "busy". dlock turns it into dlock.ErrNotAcquired (TryAcquire) or waits and tries
+// again (Acquire).
 type BusyError struct {
 	// Remaining is how long the holder's lease has left as the store sees it, or 0
 	// if unknown. A waiter does not wait longer than this before trying again.
@@ -67,15 +78,19 @@ type Notifier interface {
 	Subscribe(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error)
 }
 
-// Queuer is implemented by a Driver that queues waiters itself (ZooKeeper's
-// sequential nodes, etcd's revisions, the server's GET_LOCK queue, memlock's
-// per-key queue): waiters are then served in the store's order, with no barging by a
-// client that releases and asks again. dlock calls Lock for Acquire instead of a
-// retry loop over TryLock, unless the caller chose a retry strategy
+// Waiter is implemented by a Driver that waits for a lock itself: in a queue its store
+// keeps (ZooKeeper's sequential nodes, etcd's revisions, the server's GET_LOCK queue,
+// memlock's per-key queue), where waiters are served in the store's order, or by the
+// wait loop of the library it adapts (a peer). dlock calls Lock for Acquire instead
+// of its own retry loop over TryLock, unless the caller chose a retry strategy
 // (dlock.WithRetry): that Acquire retries TryLock by it.
-type Queuer interface {
-	// Lock blocks until key is ours, ctx is done, or the store fails. On ctx's end it
-	// must leave nothing behind (no queued node) and return an error wrapping ctx.Err().
+type Waiter interface {
+	// Lock blocks until key is ours, ctx is done, or the store fails. dlock cancels
+	// ctx when the Locker closes (context.Cause(ctx) is then dlock.ErrClosed), so a
+	// Waiter needs no close handling of its own. When ctx ends, Lock must leave
+	// nothing behind — no queued node, and no lock granted to it meanwhile — and
+	// return an error wrapping ctx.Err(). A wait that gives up by a bound of its own
+	// (a library's) returns Busy.
 	Lock(ctx context.Context, key string, ttl time.Duration) (Lock, error)
 }
 
@@ -103,7 +118,8 @@ type Info struct {
 	Name string
 	// SessionTTL is true when locks last as long as a client session rather than a
 	// per-lock TTL (ZooKeeper, GET_LOCK): no local validity deadline is kept, TTL
-	// options are ignored, and loss is reported through Sessioned.
+	// options are checked but not used, Refresh is unsupported, and loss is reported
+	// through Sessioned.
 	SessionTTL bool
 	// Drift is the clock drift allowed for a TTL: the local validity deadline is
 	// TTL − Drift(TTL) after the start of the request that set the TTL. Nil means

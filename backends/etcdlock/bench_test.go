@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/etcdlock"
-	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/measure"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
@@ -40,7 +40,7 @@ func BenchmarkUncontended(b *testing.B) {
 		f    func() error
 	}{
 		{"dlock-acquire", acquire(dl, "u-acquire")},
-		{"dlock-try", func() error { return benchkit.Cycle(ctx, dl, "u-try") }},
+		{"dlock-try", func() error { return measure.Cycle(ctx, dl, "u-try") }},
 		{"mutex", acquire(mu, "u-mutex")},
 	}
 	for b.Loop() {
@@ -56,9 +56,9 @@ func BenchmarkUncontended(b *testing.B) {
 				}
 			}
 		}
-		lat := make([]benchkit.Latency, len(cycles))
+		lat := make([]measure.Latency, len(cycles))
 		for i, c := range cycles {
-			lat[i] = benchkit.Summarize(samples[i])
+			lat[i] = measure.Summarize(samples[i])
 			b.Logf("%s: p50 %v p99 %v", c.name, lat[i].P50, lat[i].P99)
 			b.ReportMetric(float64(lat[i].P50.Microseconds()), c.name+"-p50-µs")
 		}
@@ -85,12 +85,12 @@ func BenchmarkContended(b *testing.B) {
 			mus = append(mus, newPeer(b, newClient(b, e.Endpoints()), prefix))
 		}
 		cpu0 := cpuTime()
-		dc, err := benchkit.Contend(ctx, dls, "c-dlock-"+randHex(4), d, 0)
+		dc, err := measure.Contend(ctx, dls, "c-dlock-"+randHex(4), d, 0)
 		if err != nil {
 			b.Fatalf("dlock: %v", err)
 		}
 		cpu1 := cpuTime()
-		mc, err := benchkit.Contend(ctx, mus, "c-mutex-"+randHex(4), d, 0)
+		mc, err := measure.Contend(ctx, mus, "c-mutex-"+randHex(4), d, 0)
 		if err != nil {
 			b.Fatalf("mutex: %v", err)
 		}

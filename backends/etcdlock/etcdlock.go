@@ -22,7 +22,6 @@
 package etcdlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -30,14 +29,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
-
-// Scheme is the URL scheme this package registers with dlock.Open.
-const Scheme = "etcd"
 
 // DefaultPrefix is the etcd key prefix of the locks when New is given no WithPrefix.
 const DefaultPrefix = "/dlock"
@@ -46,10 +41,6 @@ const DefaultPrefix = "/dlock"
 // the server has a minimum, 2s by default), so the server keeps a lock up to ⌈TTL⌉+1s
 // after its last renewal; the local validity follows the TTL asked for.
 const MinTTL = time.Second
-
-func init() {
-	dlock.Register(Scheme, open)
-}
 
 // Option configures New.
 type Option func(*config)
@@ -116,47 +107,6 @@ func (l *Locker) Fence(ls dlock.Lease) (clientv3.Cmp, error) {
 // dlock's holders of key.
 func QueueName(prefix, key string) string {
 	return strings.TrimRight(prefix, "/") + "/" + url.PathEscape(key)
-}
-
-// open is the URL opener: etcd://[user:pass@]host1:2379,host2:2379/prefix.
-func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-	if err := dlock.CheckQuery(u); err != nil {
-		return nil, err
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%w: %s:// needs host:port[,host:port...], got %q", dlock.ErrInvalidURL, Scheme, u.Redacted())
-	}
-	var eps []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			return nil, fmt.Errorf("%w: empty host in %q", dlock.ErrInvalidURL, u.Redacted())
-		}
-		eps = append(eps, h)
-	}
-	// The client's Context bounds its whole life: it must outlive ctx.
-	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Context: context.WithoutCancel(ctx), Logger: zap.NewNop()}
-	if u.User != nil {
-		cfg.Username = u.User.Username()
-		cfg.Password, _ = u.User.Password()
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("dlock: etcd: connect %s: %w", u.Host, err)
-	}
-	if _, err := cli.Status(ctx, eps[0]); err != nil && !anyReachable(ctx, cli, eps[1:]) {
-		cli.Close()
-		return nil, fmt.Errorf("dlock: etcd: %s: %w", u.Host, err)
-	}
-	return New(cli, WithPrefix(u.Path), withOwnClient()), nil
-}
-
-func anyReachable(ctx context.Context, cli *clientv3.Client, eps []string) bool {
-	for _, ep := range eps {
-		if _, err := cli.Status(ctx, ep); err == nil {
-			return true
-		}
-	}
-	return false
 }
 
 var errLeaseLost = errors.New("the etcd lease of the queued key ended while waiting")

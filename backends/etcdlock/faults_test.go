@@ -2,7 +2,6 @@ package etcdlock_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,9 +19,7 @@ type faultHarness struct {
 	member *servers.Etcd // restarted by RestartServers
 }
 
-func (h *faultHarness) URL(t testing.TB) string {
-	return "etcd://" + strings.Join(h.endpoints, ",") + h.prefix
-}
+func (h *faultHarness) URL(t testing.TB) string { return h.url() }
 
 func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
 	l := h.NewLocker(t)
@@ -58,10 +55,10 @@ func TestFaults(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		e := servertest.NewEtcd(t)
 		h := &faultHarness{harness: newHarness(t, e.Endpoints()), member: e}
-		conformance.RunFaults(t, "etcd", singleFaults{h}, nil)
+		conformance.RunFaults(t, singleFaults{h})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := servertest.EtcdCluster(t, 3) // a process per member: the kill is a real SIGKILL
-		conformance.RunFaults(t, "etcd (3-member cluster)", clusterFaults{newHarness(t, c.Endpoints()), servertest.LeaderKills(c.KillLeader)}, nil)
+		conformance.RunFaults(t, clusterFaults{clusterHarness(t, c.Endpoints()), servertest.LeaderKills(c.KillLeader)})
 	})
 }

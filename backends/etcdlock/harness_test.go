@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
 
 func TestMain(m *testing.M) {
@@ -29,6 +31,7 @@ func TestMain(m *testing.M) {
 // own client connected through its own proxies (one per endpoint), so that Vanish can
 // cut one client off the way a crash or a partition would.
 type harness struct {
+	name      string
 	endpoints []string
 	prefix    string
 
@@ -37,7 +40,7 @@ type harness struct {
 }
 
 func newHarness(t testing.TB, endpoints []string) *harness {
-	h := &harness{endpoints: endpoints, prefix: "/dlock-test-" + randHex(4), proxies: map[dlock.Locker][]*servers.Proxy{}}
+	h := &harness{name: "etcd", endpoints: endpoints, prefix: "/dlock-test-" + randHex(4), proxies: map[dlock.Locker][]*servers.Proxy{}}
 	h.admin(t, func(ctx context.Context, cli *clientv3.Client) {
 		if _, err := cli.Get(ctx, h.prefix); err != nil {
 			t.Fatalf("etcd: %v", err)
@@ -93,8 +96,18 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	return l
 }
 
-func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.MustDeclare("etcd://")
+func (h *harness) Capabilities() spec.Capabilities { return conformance.MustDeclare(h.url()) }
+
+func (h *harness) Name() string { return h.name }
+
+// url is the etcd:// URL of the harness's endpoints and prefix.
+func (h *harness) url() string { return "etcd://" + strings.Join(h.endpoints, ",") + h.prefix }
+
+// clusterHarness is a harness on a 3-member cluster.
+func clusterHarness(t testing.TB, endpoints []string) *harness {
+	h := newHarness(t, endpoints)
+	h.name = "etcd (3-member cluster)"
+	return h
 }
 
 var _ conformance.QueueInspector = (*harness)(nil) // etcd declares FIFO
@@ -148,5 +161,5 @@ func TestConformance(t *testing.T) {
 // processes of their own: their peer connections come and go, and in this process
 // the suite's goroutine-leak check would take them for the clients' leaks.
 func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, newHarness(t, servertest.EtcdCluster(t, 3).Endpoints()))
+	conformance.Run(t, clusterHarness(t, servertest.EtcdCluster(t, 3).Endpoints()))
 }

@@ -20,7 +20,7 @@ import (
 //
 //   - TryLock: one transaction: if no key exists under queue, put queue+<lease hex>
 //     attached to our lease.
-//   - Lock (driver.Queuer): one transaction puts our key and reads the queue. The keys
+//   - Lock (driver.Waiter): one transaction puts our key and reads the queue. The keys
 //     created before ours (lower create revision) are our predecessors; we watch only
 //     the last of them, from the revision of our put, until it is deleted, then the one
 //     before it, and so on (a watch from that revision replays deletes we missed). When

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/backends/mysqllock"
-	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/measure"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
@@ -39,7 +39,7 @@ func compare(b *testing.B, ours, raw func() error) {
 		rs, os = append(rs, t1.Sub(t0)), append(os, time.Since(t1))
 	}
 	b.StopTimer()
-	o, r := benchkit.Summarize(os), benchkit.Summarize(rs)
+	o, r := measure.Summarize(os), measure.Summarize(rs)
 	b.ReportMetric(float64(o.P50.Nanoseconds()), "dlock-p50-ns")
 	b.ReportMetric(float64(r.P50.Nanoseconds()), "raw-p50-ns")
 	b.ReportMetric(float64(o.P99.Nanoseconds()), "dlock-p99-ns")
@@ -80,7 +80,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 		return nil
 	}
-	compare(b, func() error { return benchkit.Cycle(ctx, l, "bench/dlock") }, raw)
+	compare(b, func() error { return measure.Cycle(ctx, l, "bench/dlock") }, raw)
 }
 
 // BenchmarkGetLockAcquireRelease compares an uncontended TryAcquire+Release with
@@ -107,7 +107,7 @@ func BenchmarkGetLockAcquireRelease(b *testing.B) {
 		}
 		return nil
 	}
-	compare(b, func() error { return benchkit.Cycle(ctx, l, "bench/dlock") }, raw)
+	compare(b, func() error { return measure.Cycle(ctx, l, "bench/dlock") }, raw)
 }
 
 func prepare(b *testing.B, db *sql.DB, query string) *sql.Stmt {

@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // faultHarness runs the fault scenarios on a private server that it may crash and
@@ -54,23 +55,23 @@ func (h *faultHarness) locker(t testing.TB, addr string) dlock.Locker {
 
 func (h *faultHarness) NewLocker(t testing.TB) dlock.Locker { return h.locker(t, h.server.Addr()) }
 
-func (h *faultHarness) Capabilities() conformance.Capabilities {
+func (h *faultHarness) Capabilities() spec.Capabilities { return conformance.MustDeclare(h.url()) }
+
+func (h *faultHarness) Name() string {
 	if h.getLock {
-		return conformance.MustDeclare(fmt.Sprintf("mysql+getlock://?wait_timeout=%d", sessionTimeout/time.Second))
+		return "mysql+getlock"
 	}
-	return conformance.MustDeclare("mysql://")
+	return "mysql"
 }
 
-func (h *faultHarness) URL(t testing.TB) string {
-	cfg, err := mysql.ParseDSN(h.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+// URL is how a child process opens the same backend.
+func (h *faultHarness) URL(t testing.TB) string { return h.url() }
+
+func (h *faultHarness) url() string {
 	if h.getLock {
-		return fmt.Sprintf("%s://%s@%s/%s?wait_timeout=%d&check_interval=%v", mysqllock.GetLockScheme,
-			cfg.User, cfg.Addr, cfg.DBName, int(sessionTimeout.Seconds()), faultCheck)
+		return dsnURL(h.dsn, mysqllock.GetLockScheme, fmt.Sprintf("wait_timeout=%d&check_interval=%v", int(sessionTimeout.Seconds()), faultCheck))
 	}
-	return fmt.Sprintf("%s://%s@%s/%s", mysqllock.Scheme, cfg.User, cfg.Addr, cfg.DBName)
+	return dsnURL(h.dsn, mysqllock.Scheme, "")
 }
 
 // RestartServers crashes the server (SIGKILL) and starts it again on its data.
@@ -93,10 +94,10 @@ func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conform
 func TestFaults(t *testing.T) {
 	t.Run("table", func(t *testing.T) {
 		t.Parallel() // private servers: the two wait out their TTLs side by side
-		conformance.RunFaults(t, "mysql", newFaultHarness(t, false), nil)
+		conformance.RunFaults(t, newFaultHarness(t, false))
 	})
 	t.Run("getlock", func(t *testing.T) {
 		t.Parallel()
-		conformance.RunFaults(t, "mysql+getlock", newFaultHarness(t, true), nil)
+		conformance.RunFaults(t, newFaultHarness(t, true))
 	})
 }

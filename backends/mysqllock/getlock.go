@@ -76,9 +76,7 @@ func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
 }
 
 func newGetLockLocker(db *sql.DB, c getLockConfig) dlock.Locker {
-	d := &getLockDriver{db: db, cfg: c}
-	d.closed, d.close = context.WithCancel(context.Background())
-	return dlock.New(d, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
+	return dlock.New(&getLockDriver{db: db, cfg: c}, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
 }
 
 // maxLockName is the longest name GET_LOCK accepts on MySQL 5.7 and later.
@@ -116,20 +114,17 @@ func plainName(key string) bool {
 }
 
 type getLockDriver struct {
-	db     *sql.DB
-	cfg    getLockConfig
-	closed context.Context // done once Close was called: ends the waits
-	close  context.CancelFunc
+	db  *sql.DB
+	cfg getLockConfig
 }
 
-var _ dldriver.Queuer = (*getLockDriver)(nil)
+var _ dldriver.Waiter = (*getLockDriver)(nil)
 
 func (d *getLockDriver) TryLock(ctx context.Context, key string, _ time.Duration) (dldriver.Lock, error) {
 	return d.getLock(ctx, key, false)
 }
 
-// Lock waits in GET_LOCK until the server grants the lock, ctx ends or the Locker
-// closes.
+// Lock waits in GET_LOCK until the server grants the lock or ctx ends.
 func (d *getLockDriver) Lock(ctx context.Context, key string, _ time.Duration) (dldriver.Lock, error) {
 	return d.getLock(ctx, key, true)
 }
@@ -138,12 +133,6 @@ func (d *getLockDriver) Lock(ctx context.Context, key string, _ time.Duration) (
 const maxWait = 24 * time.Hour
 
 func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dldriver.Lock, error) {
-	if wait {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(d.closed, cancel)()
-	}
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, d.waitErr(ctx, fmt.Errorf("mysqllock: connect: %w", err))
@@ -178,7 +167,7 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dld
 	case got.Int64 != 1:
 		conn.Close()
 		if wait { // the server's wait ended with ctx
-			return nil, d.waitErr(ctx, dlock.ErrNotAcquired)
+			return nil, d.waitErr(ctx, errors.New("GET_LOCK timed out"))
 		}
 		return nil, dldriver.Busy(0)
 	}
@@ -191,20 +180,15 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dld
 	return lk, nil
 }
 
-// waitErr says why a wait ended: the Locker closed, or ctx ended (wrapped, as
-// driver.Queuer asks), or err.
+// waitErr says why a wait ended: ctx ended (wrapped, as driver.Waiter asks), or err.
 func (d *getLockDriver) waitErr(ctx context.Context, err error) error {
-	switch {
-	case d.closed.Err() != nil:
-		return dlock.ErrClosed
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
 	return err
 }
 
 func (d *getLockDriver) Close() error {
-	d.close()
 	if d.cfg.ownDB {
 		return d.db.Close()
 	}

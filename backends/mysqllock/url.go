@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // URL schemes this package registers with dlock.Open.
@@ -28,28 +29,47 @@ const (
 )
 
 func init() {
-	dlock.Register(Scheme, openTable)
-	dlock.Register(GetLockScheme, openGetLock)
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: openTable, Declare: declareTable})
+	dlock.Register(dlock.Scheme{Name: GetLockScheme, Open: openGetLock, Declare: declareGetLock})
 }
 
-func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-	if err := dlock.CheckQuery(u, "table"); err != nil {
-		return nil, err
+// parseTable returns the driver configuration and the options of a mysql:// URL.
+func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
+	q, err := dlock.ParseQuery(u, "table")
+	if err != nil {
+		return nil, nil, config{}, err
 	}
 	cfg, err := dsnConfig(u)
 	if err != nil {
-		return nil, err
+		return nil, nil, config{}, err
 	}
 	if cfg.DBName == "" {
-		return nil, fmt.Errorf("%w: %s:// needs a database: %s://user:pass@host:port/db", dlock.ErrInvalidURL, u.Scheme, u.Scheme)
+		return nil, nil, config{}, fmt.Errorf("%w: %s:// needs a database: %s://user:pass@host:port/db", dlock.ErrInvalidURL, u.Scheme, u.Scheme)
 	}
 	var opts []Option
-	if t := u.Query().Get("table"); t != "" {
+	if t, ok := q["table"]; ok {
 		opts = append(opts, WithTable(t))
 	}
 	c, err := newConfig(opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
+		return nil, nil, config{}, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
+	}
+	return cfg, opts, c, nil
+}
+
+// declareTable: fencing (a per-name counter in the table), per-lease TTLs kept by the
+// database clock, refresh. InnoDB keeps the rows across a restart.
+func declareTable(u *url.URL) (spec.Capabilities, error) {
+	if _, _, _, err := parseTable(u); err != nil {
+		return spec.Capabilities{}, err
+	}
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL}, nil
+}
+
+func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+	cfg, opts, c, err := parseTable(u)
+	if err != nil {
+		return nil, err
 	}
 	db, err := connect(ctx, cfg)
 	if err != nil {
@@ -63,28 +83,56 @@ func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	return newLocker(db, c), nil
 }
 
-func openGetLock(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-	if err := dlock.CheckQuery(u, "wait_timeout", "check_interval"); err != nil {
-		return nil, err
+// defaultWaitTimeout is the server's own wait_timeout default (MariaDB and MySQL):
+// how long a silent client's connection, and so its GET_LOCK locks, last.
+const defaultWaitTimeout = 8 * time.Hour
+
+// parseGetLock returns the driver configuration, the Locker's configuration and the
+// wait_timeout of a mysql+getlock:// URL.
+func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, error) {
+	q, err := dlock.ParseQuery(u, "wait_timeout", "check_interval")
+	if err != nil {
+		return nil, getLockConfig{}, 0, err
 	}
 	cfg, err := dsnConfig(u)
 	if err != nil {
-		return nil, err
+		return nil, getLockConfig{}, 0, err
 	}
-	q := u.Query()
-	if v := q.Get("wait_timeout"); v != "" {
-		if n, err := strconv.Atoi(v); err != nil || n < 1 {
-			return nil, fmt.Errorf("%w: wait_timeout=%q: want whole seconds >= 1", dlock.ErrInvalidURL, v)
+	wait := defaultWaitTimeout
+	if v, ok := q["wait_timeout"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, getLockConfig{}, 0, fmt.Errorf("%w: wait_timeout=%q: want whole seconds >= 1", dlock.ErrInvalidURL, v)
 		}
 		cfg.Params = map[string]string{"wait_timeout": v}
+		wait = time.Duration(n) * time.Second
 	}
 	c := getLockConfig{check: DefaultCheckInterval, ownDB: true}
-	if v := q.Get("check_interval"); v != "" {
+	if v, ok := q["check_interval"]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%w: check_interval=%q: want a positive duration such as 1s", dlock.ErrInvalidURL, v)
+			return nil, getLockConfig{}, 0, fmt.Errorf("%w: check_interval=%q: want a positive duration such as 1s", dlock.ErrInvalidURL, v)
 		}
 		c.check = d
+	}
+	return cfg, c, wait, nil
+}
+
+// declareGetLock: locks last as long as the connection; the server keeps a silent
+// client's connection for wait_timeout (8 hours unless the URL sets it, or the
+// server's configuration differs); the server queues a name's waiters (FIFO).
+func declareGetLock(u *url.URL) (spec.Capabilities, error) {
+	_, _, wait, err := parseGetLock(u)
+	if err != nil {
+		return spec.Capabilities{}, err
+	}
+	return spec.Capabilities{SessionTimeout: wait, FIFO: true}, nil
+}
+
+func openGetLock(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+	cfg, c, _, err := parseGetLock(u)
+	if err != nil {
+		return nil, err
 	}
 	db, err := connect(ctx, cfg)
 	if err != nil {

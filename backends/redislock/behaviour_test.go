@@ -123,7 +123,7 @@ func TestPeerExclusion(t *testing.T) {
 
 // never is a retry strategy that would wait a minute: a waiter using it gets the lock
 // sooner only through a wake-up or the holder's remaining TTL.
-var never = dlock.WithRetry(dlock.LinearBackoff(time.Minute))
+var never = dlock.WithRetry(dlock.ConstantBackoff(time.Minute))
 
 // TestReleaseWakesWaiter: a waiter is woken by the release's pub/sub message, not by
 // polling: it holds a retry strategy that waits a minute and the holder's TTL is 30s.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/backends/redislock"
-	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/measure"
 )
 
 // BenchmarkAcquireRelease compares one uncontended TryAcquire+Release of New with the
@@ -17,7 +17,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	addr := sharedRedis(b).Addr()
 	ctx := context.Background()
-	report := func(b *testing.B, lat benchkit.Latency, err error) {
+	report := func(b *testing.B, lat measure.Latency, err error) {
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -28,7 +28,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		c := client(b, addr)
 		k := uniqueKey("bench-raw")
 		b.ResetTimer()
-		lat, err := benchkit.Measure(b.N, func() error {
+		lat, err := measure.Measure(b.N, func() error {
 			if err := c.SetNX(ctx, k, "v", 10*time.Second).Err(); err != nil {
 				return err
 			}
@@ -41,7 +41,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		defer l.Close()
 		k := uniqueKey("bench-dlock")
 		b.ResetTimer()
-		lat, err := benchkit.Uncontended(ctx, l, k, b.N)
+		lat, err := measure.Uncontended(ctx, l, k, b.N)
 		report(b, lat, err)
 	})
 }

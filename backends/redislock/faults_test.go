@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // faultConfig says what a faultHarness runs on.
@@ -110,14 +111,14 @@ func (h *faultHarness) NewLocker(t testing.TB) dlock.Locker {
 // Redis expires keys by its wall clock; a promoted asynchronous replica never saw the
 // lock, unless WithReplicaAck), and one thing that depends on the server, not the
 // URL: with appendfsync always the lock survives the crash.
-func (h *faultHarness) Capabilities() conformance.Capabilities {
-	u := "redis://"
+func (h *faultHarness) Capabilities() spec.Capabilities {
+	u := "redis://" + h.addr()
 	if h.cfg.ack {
 		u += "?wait_replicas=1"
 	}
 	c := conformance.MustDeclare(u)
 	if h.cfg.aof == "always" {
-		c.FaultOutcomes[conformance.ServerRestart] = conformance.Held
+		c.FaultOutcomes[spec.ServerRestart] = spec.Held
 	}
 	return c
 }
@@ -201,8 +202,24 @@ type (
 	restartFaults struct{ h *faultHarness }
 )
 
+// Name names the configuration in the report.
+func (h *faultHarness) Name() string {
+	switch {
+	case h.cfg.replica && h.cfg.ack:
+		return "redis (master+replica, WithReplicaAck)"
+	case h.cfg.replica:
+		return "redis (master+replica)"
+	case h.cfg.aof == "always":
+		return "redis (appendfsync always)"
+	}
+	return "redis"
+}
+
+func (s singleFaults) Name() string                            { return s.h.Name() }
+func (f failoverFaults) Name() string                          { return f.h.Name() }
+func (r restartFaults) Name() string                           { return r.h.Name() }
 func (s singleFaults) NewLocker(t testing.TB) dlock.Locker     { return s.h.NewLocker(t) }
-func (s singleFaults) Capabilities() conformance.Capabilities  { return s.h.Capabilities() }
+func (s singleFaults) Capabilities() spec.Capabilities         { return s.h.Capabilities() }
 func (s singleFaults) URL(t testing.TB) string                 { return s.h.URL(t) }
 func (s singleFaults) RestartServers(t testing.TB)             { s.h.RestartServers(t) }
 func (s singleFaults) JumpClock(t testing.TB, d time.Duration) { s.h.JumpClock(t, d) }
@@ -210,14 +227,14 @@ func (s singleFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, conforma
 	return s.h.NewPartitionedLocker(t)
 }
 
-func (f failoverFaults) NewLocker(t testing.TB) dlock.Locker    { return f.h.NewLocker(t) }
-func (f failoverFaults) Capabilities() conformance.Capabilities { return f.h.Capabilities() }
-func (f failoverFaults) PauseReplication(t testing.TB)          { f.h.PauseReplication(t) }
-func (f failoverFaults) Failover(t testing.TB)                  { f.h.Failover(t) }
+func (f failoverFaults) NewLocker(t testing.TB) dlock.Locker { return f.h.NewLocker(t) }
+func (f failoverFaults) Capabilities() spec.Capabilities     { return f.h.Capabilities() }
+func (f failoverFaults) PauseReplication(t testing.TB)       { f.h.PauseReplication(t) }
+func (f failoverFaults) Failover(t testing.TB)               { f.h.Failover(t) }
 
-func (r restartFaults) NewLocker(t testing.TB) dlock.Locker    { return r.h.NewLocker(t) }
-func (r restartFaults) Capabilities() conformance.Capabilities { return r.h.Capabilities() }
-func (r restartFaults) RestartServers(t testing.TB)            { r.h.RestartServers(t) }
+func (r restartFaults) NewLocker(t testing.TB) dlock.Locker { return r.h.NewLocker(t) }
+func (r restartFaults) Capabilities() spec.Capabilities     { return r.h.Capabilities() }
+func (r restartFaults) RestartServers(t testing.TB)         { r.h.RestartServers(t) }
 
 // TestFaults runs the fault scenarios on New. Expected (Capabilities.FaultOutcomes):
 // holder crash, pause with fencing and partition hold; a restart without persistence,
@@ -226,15 +243,15 @@ func (r restartFaults) RestartServers(t testing.TB)            { r.h.RestartServ
 // (grants are refused while the replica lags).
 func TestFaults(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
-		conformance.RunFaults(t, "redis", singleFaults{newFaultHarness(t, faultConfig{clock: true})}, nil)
+		conformance.RunFaults(t, singleFaults{newFaultHarness(t, faultConfig{clock: true})})
 	})
 	t.Run("aof-always", func(t *testing.T) {
-		conformance.RunFaults(t, "redis (appendfsync always)", restartFaults{newFaultHarness(t, faultConfig{aof: "always"})}, nil)
+		conformance.RunFaults(t, restartFaults{newFaultHarness(t, faultConfig{aof: "always"})})
 	})
 	t.Run("replica", func(t *testing.T) {
-		conformance.RunFaults(t, "redis (master+replica)", failoverFaults{newFaultHarness(t, faultConfig{replica: true})}, nil)
+		conformance.RunFaults(t, failoverFaults{newFaultHarness(t, faultConfig{replica: true})})
 	})
 	t.Run("replica-ack", func(t *testing.T) {
-		conformance.RunFaults(t, "redis (master+replica, WithReplicaAck)", failoverFaults{newFaultHarness(t, faultConfig{replica: true, ack: true})}, nil)
+		conformance.RunFaults(t, failoverFaults{newFaultHarness(t, faultConfig{replica: true, ack: true})})
 	})
 }

@@ -15,8 +15,6 @@
 package redislock
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,9 +50,8 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) { c.ackReplicas, c.ackTimeout = replicas, timeout }
 }
 
-// cleanupTimeout bounds the owner-checked release that undoes a grant whose reply
-// was lost or that will not be used.
-const cleanupTimeout = 2 * time.Second
+// MinTTL is the shortest TTL a Locker accepts: Redis counts PX in milliseconds.
+const MinTTL = time.Millisecond
 
 // New returns a Locker that takes locks with SET NX PX on client (see the package
 // doc). Locks from it and from any library that uses SET key value NX PX on the same
@@ -71,127 +68,5 @@ func New(client redis.UniversalClient, opts ...Option) dlock.Locker {
 		o(&c)
 	}
 	d := &redisDriver{c: client, cfg: c, releases: redisops.NewReleases(client)}
-	return dlock.New(d, driver.Info{Name: "redis", MinTTL: time.Millisecond})
-}
-
-type redisDriver struct {
-	c        redis.UniversalClient
-	cfg      config
-	releases *redisops.Releases
-}
-
-func (d *redisDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	value := redisops.NewValue()
-	var token uint64
-	var remaining time.Duration
-	var ok bool
-	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
-		var err error
-		token, remaining, ok, err = redisops.Acquire(ctx, s, key, value, ttl)
-		return ok, err
-	})
-	if err != nil {
-		if ok || !redisops.IsReply(err) {
-			// Granted but not acknowledged, or no reply: the lock may be set. Undo it.
-			d.cleanup(key, value)
-		}
-		return nil, err
-	}
-	if !ok {
-		return nil, driver.Busy(remaining)
-	}
-	return &redisLock{d: d, key: key, value: value, token: token}, nil
-}
-
-// cleanup releases key if it still holds value, best effort, with a fresh context.
-func (d *redisDriver) cleanup(key, value string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	_, _ = redisops.Release(ctx, d.c, key, value)
-}
-
-// write runs op, a script that writes key; with WithReplicaAck, and when op reports
-// that it wrote, it then waits for the replicas on the same connection.
-func (d *redisDriver) write(ctx context.Context, key string, op func(redis.Scripter) (bool, error)) error {
-	if d.cfg.ackReplicas <= 0 {
-		_, err := op(d.c)
-		return err
-	}
-	var node *redis.Client
-	switch c := d.c.(type) {
-	case *redis.Client:
-		node = c
-	case *redis.ClusterClient:
-		var err error
-		if node, err = c.MasterForKey(ctx, redisops.LockKey(key)); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("redislock: WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", d.c)
-	}
-	conn := node.Conn()
-	defer conn.Close()
-	wrote, err := op(conn)
-	if err != nil || !wrote {
-		return err
-	}
-	n, err := conn.Wait(ctx, d.cfg.ackReplicas, d.cfg.ackTimeout).Result()
-	if err != nil {
-		return fmt.Errorf("redislock: WAIT %d %v: %w", d.cfg.ackReplicas, d.cfg.ackTimeout, err)
-	}
-	if int(n) < d.cfg.ackReplicas {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged the write of %q within %v",
-			dlock.ErrUnavailable, n, d.cfg.ackReplicas, key, d.cfg.ackTimeout)
-	}
-	return nil
-}
-
-func (d *redisDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return d.releases.Subscribe(ctx, key)
-}
-
-func (d *redisDriver) Close() error {
-	err := d.releases.Close()
-	if d.cfg.ownsClient {
-		if cerr := d.c.Close(); cerr != nil {
-			return cerr
-		}
-	}
-	return err
-}
-
-// redisLock is one grant; the owner value identifies it on the server.
-type redisLock struct {
-	d          *redisDriver
-	key, value string
-	token      uint64
-}
-
-func (l *redisLock) Token() uint64 { return l.token }
-
-func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	var ok bool
-	err := l.d.write(ctx, l.key, func(s redis.Scripter) (bool, error) {
-		var err error
-		ok, err = redisops.Refresh(ctx, s, l.key, l.value, ttl)
-		return ok, err
-	})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
-}
-
-func (l *redisLock) Unlock(ctx context.Context) error {
-	ok, err := redisops.Release(ctx, l.d.c, l.key, l.value)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
+	return dlock.New(d, driver.Info{Name: "redis", MinTTL: MinTTL})
 }

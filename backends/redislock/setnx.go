@@ -59,7 +59,7 @@ func newSETNX(client redis.UniversalClient, v Variant, ownsClient bool, now func
 		panic(err)
 	}
 	d := &setnxDriver{c: client, variant: v, now: now, ownsClient: ownsClient}
-	return dlock.New(d, driver.Info{Name: string(v), MinTTL: time.Millisecond})
+	return dlock.New(d, driver.Info{Name: string(v), MinTTL: MinTTL})
 }
 
 type setnxDriver struct {

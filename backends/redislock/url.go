@@ -12,12 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme of New: redis://[user:password@]host:port[/db], or a comma
 // list of hosts (redis://h1:6379,h2:6379) for a Redis Cluster client. Query
-// parameters: wait_replicas=N and wait_timeout=D (a Go duration, default 100ms) turn
-// on WithReplicaAck.
+// parameters: wait_replicas=N and wait_timeout=D (a Go duration of at least 1ms,
+// default 100ms) turn on WithReplicaAck.
 const Scheme = "redis"
 
 // SchemeSETNX is the URL scheme of NewSETNX: redis+setnx://host:port[/db]?variant=V
@@ -25,77 +26,148 @@ const Scheme = "redis"
 const SchemeSETNX = "redis+setnx"
 
 func init() {
-	dlock.Register(Scheme, func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		if err := dlock.CheckQuery(u, "wait_replicas", "wait_timeout"); err != nil {
-			return nil, err
-		}
-		q := u.Query()
-		var opts []Option
-		if s := q.Get("wait_replicas"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("%w: wait_replicas=%q: want a number of replicas", dlock.ErrInvalidURL, s)
-			}
-			timeout := 100 * time.Millisecond
-			if s := q.Get("wait_timeout"); s != "" {
-				if timeout, err = time.ParseDuration(s); err != nil || timeout < 0 {
-					return nil, fmt.Errorf("%w: wait_timeout=%q: want a Go duration such as 100ms", dlock.ErrInvalidURL, s)
-				}
-			}
-			opts = append(opts, WithReplicaAck(n, timeout))
-		} else if q.Has("wait_timeout") {
-			return nil, fmt.Errorf("%w: wait_timeout needs wait_replicas", dlock.ErrInvalidURL)
-		}
-		c, err := dial(ctx, u)
-		if err != nil {
-			return nil, err
-		}
-		return New(c, append(opts, func(c *config) { c.ownsClient = true })...), nil
-	})
-	dlock.Register(SchemeSETNX, func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		if err := dlock.CheckQuery(u, "variant"); err != nil {
-			return nil, err
-		}
-		v, err := ParseVariant(u.Query().Get("variant"))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
-		}
-		c, err := dial(ctx, u)
-		if err != nil {
-			return nil, err
-		}
-		return newSETNX(c, v, true, time.Now), nil
-	})
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+	dlock.Register(dlock.Scheme{Name: SchemeSETNX, Open: openSETNX, Declare: declareSETNX})
 }
 
-// dial makes a client for u's hosts and checks that it answers PING.
-func dial(ctx context.Context, u *url.URL) (redis.UniversalClient, error) {
-	if u.Host == "" {
-		return nil, fmt.Errorf("%w: %s:// needs host:port", dlock.ErrInvalidURL, u.Scheme)
+// redisURL is a parsed redis:// or redis+setnx:// URL.
+type redisURL struct {
+	hosts      []string
+	db         int
+	user, pass string
+	ack        int           // wait_replicas
+	ackTimeout time.Duration // wait_timeout
+	variant    Variant       // redis+setnx only
+}
+
+func parseURL(u *url.URL) (redisURL, error) {
+	var r redisURL
+	known := []string{"wait_replicas", "wait_timeout"}
+	if u.Scheme == SchemeSETNX {
+		known = []string{"variant"}
 	}
-	hosts := strings.Split(u.Host, ",")
-	db := 0
+	q, err := dlock.ParseQuery(u, known...)
+	if err != nil {
+		return r, err
+	}
+	if u.Host == "" {
+		return r, fmt.Errorf("%w: %s:// needs host:port", dlock.ErrInvalidURL, u.Scheme)
+	}
+	r.hosts = strings.Split(u.Host, ",")
+	for _, h := range r.hosts {
+		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+			return r, fmt.Errorf("%w: host %q: want host:port", dlock.ErrInvalidURL, h)
+		}
+	}
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%w: path %q: want a database number", dlock.ErrInvalidURL, u.Path)
+			return r, fmt.Errorf("%w: path %q: want a database number", dlock.ErrInvalidURL, u.Path)
 		}
-		db = n
+		r.db = n
 	}
-	if len(hosts) > 1 && db != 0 {
-		return nil, fmt.Errorf("%w: Redis Cluster (several hosts) has only database 0", dlock.ErrInvalidURL)
+	if len(r.hosts) > 1 && r.db != 0 {
+		return r, fmt.Errorf("%w: Redis Cluster (several hosts) has only database 0", dlock.ErrInvalidURL)
 	}
-	for _, h := range hosts {
-		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
-			return nil, fmt.Errorf("%w: host %q: want host:port", dlock.ErrInvalidURL, h)
+	r.user = u.User.Username()
+	r.pass, _ = u.User.Password()
+	if u.Scheme == SchemeSETNX {
+		if r.variant, err = ParseVariant(q["variant"]); err != nil {
+			return r, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
 		}
+		return r, nil
 	}
-	user := u.User.Username()
-	pass, _ := u.User.Password()
-	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: hosts, DB: db, Username: user, Password: pass})
+	if s, ok := q["wait_replicas"]; ok {
+		if r.ack, err = strconv.Atoi(s); err != nil || r.ack < 0 {
+			return r, fmt.Errorf("%w: wait_replicas=%q: want a number of replicas", dlock.ErrInvalidURL, s)
+		}
+		r.ackTimeout = 100 * time.Millisecond
+		if s, ok := q["wait_timeout"]; ok {
+			// WAIT counts whole milliseconds and takes 0 for "for ever": below 1ms a
+			// timeout would wait without end.
+			if r.ackTimeout, err = time.ParseDuration(s); err != nil || r.ackTimeout < time.Millisecond {
+				return r, fmt.Errorf("%w: wait_timeout=%q: want a Go duration of at least 1ms, such as 100ms", dlock.ErrInvalidURL, s)
+			}
+		}
+	} else if _, ok := q["wait_timeout"]; ok {
+		return r, fmt.Errorf("%w: wait_timeout needs wait_replicas", dlock.ErrInvalidURL)
+	}
+	return r, nil
+}
+
+// opener returns the opener of a scheme: parse, dial (the Locker closes the client),
+// and make the Locker with newLocker.
+func opener(newLocker func(c redis.UniversalClient, r redisURL) dlock.Locker) dlock.Opener {
+	return func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+		r, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		c, err := r.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return newLocker(c, r), nil
+	}
+}
+
+var (
+	open = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
+		return New(c, WithReplicaAck(r.ack, r.ackTimeout), func(c *config) { c.ownsClient = true })
+	})
+	openSETNX = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
+		return newSETNX(c, r.variant, true, time.Now)
+	})
+)
+
+// declare: fencing, per-lease TTLs, refresh. An empty server comes back from a
+// restart without persistence (every lock gone), Redis expires keys by its wall
+// clock (a clock jump frees them), and, without wait_replicas, a promoted replica may
+// never have seen a lock.
+func declare(u *url.URL) (spec.Capabilities, error) {
+	r, err := parseURL(u)
+	if err != nil {
+		return spec.Capabilities{}, err
+	}
+	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated}}
+	if r.ack < 1 {
+		c.FaultOutcomes[spec.Failover] = spec.Violated
+	}
+	return c, nil
+}
+
+// declareSETNX: the weaknesses of each classic algorithm (see Variant).
+func declareSETNX(u *url.URL) (spec.Capabilities, error) {
+	r, err := parseURL(u)
+	if err != nil {
+		return spec.Capabilities{}, err
+	}
+	c := spec.Capabilities{PerLeaseTTL: true, MinTTL: MinTTL}
+	switch r.variant {
+	case SETNXExpire:
+		// A holder that dies between SETNX and EXPIRE leaves a lock that never
+		// expires; DEL frees whoever holds the key now.
+		c.Weaknesses = []spec.Property{spec.DeadlockFreedom, spec.OwnerOnlyRelease}
+		c.HarnessOnly = []spec.Property{spec.DeadlockFreedom}
+	case SETNXGetSet:
+		// A client whose clock runs ahead takes over a live lock; DEL frees whoever
+		// holds the key now.
+		c.Weaknesses = []spec.Property{spec.MutualExclusion, spec.OwnerOnlyRelease}
+		c.HarnessOnly = []spec.Property{spec.MutualExclusion}
+	}
+	return c, nil
+}
+
+// dial makes a client for the hosts and checks that it answers PING. Context
+// deadlines bound every call, socket reads included, so a hung server cannot hold a
+// call past its context.
+func (r redisURL) dial(ctx context.Context) (redis.UniversalClient, error) {
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: r.hosts, DB: r.db, Username: r.user, Password: r.pass,
+		ContextTimeoutEnabled: true})
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redislock: %s: PING: %w", strings.Join(hosts, ","), err)
+		return nil, fmt.Errorf("redislock: %s: PING: %w", strings.Join(r.hosts, ","), err)
 	}
 	return c, nil
 }

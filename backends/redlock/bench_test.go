@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redlock"
-	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/measure"
 	"github.com/dlock-go/dlock/internal/redisops"
 	"github.com/dlock-go/dlock/peers/redsyncpeer"
 )
@@ -36,13 +36,13 @@ func BenchmarkQuorumCost(b *testing.B) {
 			d *[]time.Duration
 		}{{one, k + "/1", &d1}, {five, k + "/5", &d5}} {
 			t0 := time.Now()
-			if err := benchkit.Cycle(ctx, x.l, x.k); err != nil {
+			if err := measure.Cycle(ctx, x.l, x.k); err != nil {
 				b.Fatal(err)
 			}
 			*x.d = append(*x.d, time.Since(t0))
 		}
 	}
-	l1, l5 := benchkit.Summarize(d1), benchkit.Summarize(d5)
+	l1, l5 := measure.Summarize(d1), measure.Summarize(d5)
 	report(b, "1m", l1)
 	report(b, "5m", l5)
 	b.ReportMetric(float64(l5.P50)/float64(l1.P50), "p50-5m/1m")
@@ -50,8 +50,8 @@ func BenchmarkQuorumCost(b *testing.B) {
 	// The floor: the same scripts sent by hand, to 1 master, and to 5 in parallel
 	// goroutines, each phase ending at the third answer.
 	cs := clients(b, rs)
-	raw := func(n int) benchkit.Latency {
-		lat, err := benchkit.Measure(len(d5), func() error {
+	raw := func(n int) measure.Latency {
+		lat, err := measure.Measure(len(d5), func() error {
 			v := redisops.NewValue()
 			if err := firstAnswers(cs[:n], n/2+1, func(c redis.UniversalClient) error {
 				_, _, _, err := redisops.Acquire(ctx, c, k+"/raw", v, 10*time.Second)
@@ -76,7 +76,7 @@ func BenchmarkQuorumCost(b *testing.B) {
 
 	peer := redsyncpeer.New(clients(b, rs))
 	defer peer.Close()
-	lp, err := benchkit.Uncontended(ctx, peer, k+"/redsync", len(d5))
+	lp, err := measure.Uncontended(ctx, peer, k+"/redsync", len(d5))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func firstAnswers(cs []redis.UniversalClient, need int, f func(redis.UniversalCl
 	return nil
 }
 
-func report(b *testing.B, name string, l benchkit.Latency) {
+func report(b *testing.B, name string, l measure.Latency) {
 	b.ReportMetric(float64(l.P50.Microseconds()), "µs-p50-"+name)
 	b.ReportMetric(float64(l.P99.Microseconds()), "µs-p99-"+name)
 }

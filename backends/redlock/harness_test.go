@@ -1,8 +1,9 @@
 package redlock_test
 
 import (
-	"fmt"
-	"sync"
+	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,88 @@ import (
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
+
+// TestMain turns the binary into a lock holder when the fault suite starts it as one,
+// stops every server the tests started, and then checks that no goroutine is left.
+func TestMain(m *testing.M) {
+	conformance.ChildMain()
+	code := m.Run()
+	os.Exit(servertest.Finish(code))
+}
+
+const (
+	masters      = 5
+	startTimeout = 2 * time.Minute
+)
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// privateMasters starts n independent masters for t alone; the first one's wall
+// clock can be shifted (ShiftClock) when clock is set.
+func privateMasters(t testing.TB, n int, clock bool) []*servers.Redis {
+	if !clock {
+		return servertest.RedisMasters(t, n)
+	}
+	first := servertest.NewRedis(t, servers.RedisOptions{FakeTimeOffset: "+0"})
+	return append([]*servers.Redis{first}, servertest.RedisMasters(t, n-1)...)
+}
+
+func addrs(rs []*servers.Redis) []string {
+	a := make([]string, len(rs))
+	for i, r := range rs {
+		a[i] = r.Addr()
+	}
+	return a
+}
+
+// clients returns one go-redis client per master, closed when t ends.
+func clients(t testing.TB, rs []*servers.Redis) []redis.UniversalClient {
+	cs := make([]redis.UniversalClient, len(rs))
+	for i, r := range rs {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return cs
+}
+
+// newLocker returns a Locker over rs with its own clients.
+func newLocker(t testing.TB, rs []*servers.Redis, opts ...redlock.Option) dlock.Locker {
+	l := redlock.New(clients(t, rs), opts...)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// url is the redlock:// URL of rs.
+func url(rs []*servers.Redis) string {
+	return redlock.Scheme + "://" + strings.Join(addrs(rs), ",")
+}
+
+// holders counts the masters whose key holds a value, and returns the values.
+func holders(t testing.TB, rs []*servers.Redis, key string) (n int, values []string) {
+	t.Helper()
+	for _, r := range rs {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
+		v, err := c.Get(ctxFor(t, 5*time.Second), key).Result()
+		c.Close()
+		switch err {
+		case nil:
+			n++
+			values = append(values, v)
+		case redis.Nil:
+		default:
+			values = append(values, "error: "+err.Error())
+		}
+	}
+	return n, values
+}
 
 // harness gives the suite clients of New over 5 masters, each client with its own
 // go-redis clients (its own connections), as separate processes would have.
@@ -24,12 +106,9 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	return redlock.New(clients(t, h.rs))
 }
 
-// Name labels the results in reports (dlock compare).
 func (h *harness) Name() string { return "redlock" }
 
-func (h *harness) Capabilities() conformance.Capabilities {
-	return conformance.MustDeclare("redlock://")
-}
+func (h *harness) Capabilities() spec.Capabilities { return conformance.MustDeclare(url(h.rs)) }
 
 // DeleteKey deletes the lock on every master, as an operator would; it must have
 // existed on a majority.
@@ -51,123 +130,4 @@ func (h *harness) DeleteKey(t testing.TB, key string) {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, &harness{rs: privateMasters(t, masters, false)})
-}
-
-// faultHarness runs New on 5 private masters that it can stop, restart, cut off and
-// shift in time (master 0 runs with a shiftable clock).
-type faultHarness struct {
-	harness
-
-	mu      sync.Mutex
-	stopped []bool
-	offset  time.Duration // master 0's clock offset
-}
-
-func newFaultHarness(t *testing.T) *faultHarness {
-	rs := privateMasters(t, masters, true)
-	return &faultHarness{harness: harness{rs: rs}, stopped: make([]bool, len(rs))}
-}
-
-// Capabilities: Redis without persistence loses every lock when all masters restart.
-func (h *faultHarness) Capabilities() conformance.Capabilities {
-	return h.harness.Capabilities() // declared: ServerRestart violated (no persistence)
-}
-
-// URL is how a child process opens the same backend.
-func (h *faultHarness) URL(t testing.TB) string { return url(h.rs) }
-
-func (h *faultHarness) Nodes() int { return len(h.rs) }
-
-// StopNodes kills masters (SIGKILL) until n of them are down.
-func (h *faultHarness) StopNodes(t testing.TB, n int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	down := 0
-	for i, r := range h.rs {
-		if down == n {
-			break
-		}
-		if !h.stopped[i] {
-			if err := r.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			h.stopped[i] = true
-		}
-		down++
-	}
-}
-
-// RestartNodes starts every killed master again, empty (no persistence).
-func (h *faultHarness) RestartNodes(t testing.TB) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, r := range h.rs {
-		if h.stopped[i] {
-			if err := r.Restart(ctxFor(t, startTimeout), false); err != nil {
-				t.Fatal(err)
-			}
-			h.stopped[i] = false
-		}
-	}
-}
-
-// RestartServers kills every master and starts it again, empty.
-func (h *faultHarness) RestartServers(t testing.TB) {
-	h.StopNodes(t, len(h.rs))
-	h.RestartNodes(t)
-}
-
-// JumpClock moves master 0's wall clock forward by d.
-func (h *faultHarness) JumpClock(t testing.TB, d time.Duration) {
-	h.mu.Lock()
-	h.offset += d
-	offset := h.offset
-	h.mu.Unlock()
-	if err := h.rs[0].ShiftClock(ctxFor(t, startTimeout), fmt.Sprintf("+%ds", int(offset/time.Second))); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// NewPartitionedLocker returns a client whose connections to every master go through
-// a proxy; its Link blackholes them all.
-func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
-	var link proxies
-	cs := make([]redis.UniversalClient, len(h.rs))
-	for i, r := range h.rs {
-		p, err := servers.NewProxy(r.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		link = append(link, p)
-		c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-		t.Cleanup(func() { c.Close() })
-		cs[i] = c
-	}
-	return redlock.New(cs), link
-}
-
-// proxies is the link of a partitioned client: all its masters at once.
-type proxies []*servers.Proxy
-
-func (ps proxies) Blackhole() {
-	for _, p := range ps {
-		p.Blackhole()
-	}
-}
-
-func (ps proxies) Restore() {
-	for _, p := range ps {
-		p.Restore()
-	}
-}
-
-// TestFaults runs the fault scenarios on 5 masters. Expected: a crashed holder's lock
-// frees after its TTL; a paused holder writes after its lease ended (no fencing, with
-// or without a fencing resource); a partitioned holder's lease ends before anyone else
-// is granted; 2 masters down keep the lock service up, 3 down give ErrUnavailable; a
-// jump of one master's clock does not let a second client in; all 5 masters
-// restarting without persistence do (Violated).
-func TestFaults(t *testing.T) {
-	conformance.RunFaults(t, "redlock", newFaultHarness(t), nil)
 }

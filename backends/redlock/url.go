@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme of New: redlock://[user:password@]h1:port,h2:port,…[/db],
@@ -30,18 +31,35 @@ const Scheme = "redlock"
 const openTimeout = 2 * time.Second
 
 func init() {
-	dlock.Register(Scheme, open)
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+}
+
+// declare: per-lease TTLs and refresh, no fencing. A master that restarts without
+// persistence forgets the locks it granted, so a second client can reach a majority
+// while the first lease is live (ServerRestart).
+func declare(u *url.URL) (spec.Capabilities, error) {
+	if _, _, _, err := parseURL(u); err != nil {
+		return spec.Capabilities{}, err
+	}
+	return spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated}}, nil
+}
+
+// parseURL returns the options, masters and database number of u.
+func parseURL(u *url.URL) (opts []Option, hosts []string, db int, err error) {
+	q, err := dlock.ParseQuery(u, "node_timeout", "drift_factor", "drift_fixed")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if opts, err = urlOptions(q); err != nil {
+		return nil, nil, 0, err
+	}
+	hosts, db, err = urlHosts(u)
+	return opts, hosts, db, err
 }
 
 func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-	if err := dlock.CheckQuery(u, "node_timeout", "drift_factor", "drift_fixed"); err != nil {
-		return nil, err
-	}
-	opts, err := urlOptions(u.Query())
-	if err != nil {
-		return nil, err
-	}
-	hosts, db, err := urlHosts(u)
+	opts, hosts, db, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
@@ -62,26 +80,28 @@ func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	return New(clients, append(opts, func(c *config) { c.ownsClients = true })...), nil
 }
 
-func urlOptions(q url.Values) ([]Option, error) {
+func urlOptions(q map[string]string) ([]Option, error) {
 	var opts []Option
-	if s := q.Get("node_timeout"); s != "" {
+	if s, ok := q["node_timeout"]; ok {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
 			return nil, fmt.Errorf("%w: node_timeout=%q: want a positive Go duration such as 50ms", dlock.ErrInvalidURL, s)
 		}
 		opts = append(opts, WithNodeTimeout(d))
 	}
-	if q.Has("drift_factor") != q.Has("drift_fixed") {
+	factor, hasFactor := q["drift_factor"]
+	fixedS, hasFixed := q["drift_fixed"]
+	if hasFactor != hasFixed {
 		return nil, fmt.Errorf("%w: drift_factor and drift_fixed go together", dlock.ErrInvalidURL)
 	}
-	if q.Has("drift_factor") {
-		f, err := strconv.ParseFloat(q.Get("drift_factor"), 64)
+	if hasFactor {
+		f, err := strconv.ParseFloat(factor, 64)
 		if err != nil || f < 0 || f >= 1 {
-			return nil, fmt.Errorf("%w: drift_factor=%q: want a number in [0, 1)", dlock.ErrInvalidURL, q.Get("drift_factor"))
+			return nil, fmt.Errorf("%w: drift_factor=%q: want a number in [0, 1)", dlock.ErrInvalidURL, factor)
 		}
-		fixed, err := time.ParseDuration(q.Get("drift_fixed"))
+		fixed, err := time.ParseDuration(fixedS)
 		if err != nil || fixed < 0 {
-			return nil, fmt.Errorf("%w: drift_fixed=%q: want a Go duration such as 2ms", dlock.ErrInvalidURL, q.Get("drift_fixed"))
+			return nil, fmt.Errorf("%w: drift_fixed=%q: want a Go duration such as 2ms", dlock.ErrInvalidURL, fixedS)
 		}
 		opts = append(opts, WithDrift(f, fixed))
 	}

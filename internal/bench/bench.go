@@ -4,7 +4,7 @@
 // ZooKeeper and an embedded etcd. It is what `dlock bench` prints and what
 // `go test -bench . ./internal/bench` runs.
 //
-// For each target it measures (package benchkit holds the measurements):
+// For each target it measures (package measure holds the measurements):
 //   - uncontended acquire+release p50/p99, interleaved round by round with the raw
 //     round trips of its store (SET NX PX + DEL, INSERT + DELETE, …), and the ratio;
 //   - contended hand-offs per second with Config.Clients clients on one key, the
@@ -33,7 +33,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/measure"
 )
 
 // Measurement names one of the measurements, for Config.Skip.
@@ -194,12 +194,12 @@ type Row struct {
 	Store    Store
 	Baseline string `json:",omitempty"`
 
-	Uncontended *benchkit.Latency    `json:",omitempty"`
-	RawRatio    float64              `json:",omitempty"` // Uncontended p50 / the baseline's p50
-	Contended   *benchkit.Contention `json:",omitempty"`
-	ManyKeys    *benchkit.Throughput `json:",omitempty"`
-	Crash       *Crash               `json:",omitempty"`
-	Allocs      *Allocs              `json:",omitempty"`
+	Uncontended *measure.Latency    `json:",omitempty"`
+	RawRatio    float64             `json:",omitempty"` // Uncontended p50 / the baseline's p50
+	Contended   *measure.Contention `json:",omitempty"`
+	ManyKeys    *measure.Throughput `json:",omitempty"`
+	Crash       *Crash              `json:",omitempty"`
+	Allocs      *Allocs             `json:",omitempty"`
 
 	// Skipped says why nothing was measured (a server that could not be started).
 	Skipped string   `json:",omitempty"`
@@ -273,15 +273,15 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Results, erro
 	e := newEnv()
 	e.start(ctx, stores...)
 	defer e.close()
-	err = measure(ctx, e, cfg, targets, res, progress)
+	err = measureAll(ctx, e, cfg, targets, res, progress)
 	res.Checks = checks(res)
 	res.Elapsed = time.Since(res.Started)
 	res.Machine.LoadAfter = loadavg()
 	return res, err
 }
 
-// measure fills res with rows for targets, measuring on e.
-func measure(ctx context.Context, e *env, cfg Config, targets []Target, res *Results, progress func(string)) error {
+// measureAll fills res with rows for targets, measuring on e.
+func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *Results, progress func(string)) error {
 	bases := map[string]baseline{}
 	for _, b := range baselines() {
 		bases[b.Name] = b

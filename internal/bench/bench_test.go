@@ -11,7 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/measure"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
@@ -122,12 +122,12 @@ func TestSelect(t *testing.T) {
 }
 
 func TestChecks(t *testing.T) {
-	lat := func(p50 time.Duration) *benchkit.Latency { return &benchkit.Latency{N: 1, P50: p50} }
+	lat := func(p50 time.Duration) *measure.Latency { return &measure.Latency{N: 1, P50: p50} }
 	res := &Results{Rows: []Row{
 		{Name: "redis", Kind: Backend, Uncontended: lat(105)},
 		{Name: "bsm/redislock", Kind: Peer, Uncontended: lat(100)},
-		{Name: "etcd", Kind: Backend, Uncontended: lat(106), Contended: &benchkit.Contention{TransferRate: 300, Wait: benchkit.Latency{Mean: 10, Max: 101}}},
-		{Name: "etcd-mutex", Kind: Peer, Uncontended: lat(100), Contended: &benchkit.Contention{TransferRate: 100}},
+		{Name: "etcd", Kind: Backend, Uncontended: lat(106), Contended: &measure.Contention{TransferRate: 300, Wait: measure.Latency{Mean: 10, Max: 101}}},
+		{Name: "etcd-mutex", Kind: Peer, Uncontended: lat(100), Contended: &measure.Contention{TransferRate: 100}},
 		{Name: "zk", Kind: Backend, Uncontended: lat(100)},
 		{Name: "redsync(5)", Kind: Peer, Errors: []string{"uncontended: failed"}},
 	}}
@@ -338,7 +338,7 @@ func BenchmarkAllocs(b *testing.B) {
 		k := key(e.ep, t.Name, "ba")
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := benchkit.AcquireCycle(ctx, l, k, dlock.WithTTL(DefaultConfig.TTL)); err != nil {
+			if err := measure.AcquireCycle(ctx, l, k, dlock.WithTTL(DefaultConfig.TTL)); err != nil {
 				b.Fatal(err)
 			}
 		}

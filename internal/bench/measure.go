@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/benchkit"
+	"github.com/dlock-go/dlock/internal/measure"
 )
 
 // key is this run's key for target name and purpose: short (MySQL GET_LOCK names stop
@@ -58,12 +58,12 @@ type contender struct {
 }
 
 // uncontended measures acquire+release cycles of base's raw round trips and of each
-// target in turn (benchkit.Interleave), every one on a client and key of its own. It
+// target in turn (measure.Interleave), every one on a client and key of its own. It
 // returns the raw latency (zero without a baseline) and one latency per target; a
 // target that fails is dropped from the rounds and its error returned in errs.
-func uncontended(ctx context.Context, ep Endpoints, base *baseline, targets []Target, ttl time.Duration, warmup, rounds int) (raw benchkit.Latency, lats []benchkit.Latency, errs []error, err error) {
+func uncontended(ctx context.Context, ep Endpoints, base *baseline, targets []Target, ttl time.Duration, warmup, rounds int) (raw measure.Latency, lats []measure.Latency, errs []error, err error) {
 	errs = make([]error, len(targets))
-	lats = make([]benchkit.Latency, len(targets))
+	lats = make([]measure.Latency, len(targets))
 	// index -1 is the baseline.
 	cs := map[int]contender{}
 	defer func() {
@@ -86,7 +86,7 @@ func uncontended(ctx context.Context, ep Endpoints, base *baseline, targets []Ta
 		}
 		k := key(ep, t.Name, "u")
 		cs[i] = contender{
-			cycle: func(ctx context.Context) error { return benchkit.AcquireCycle(ctx, l, k, dlock.WithTTL(ttl)) },
+			cycle: func(ctx context.Context) error { return measure.AcquireCycle(ctx, l, k, dlock.WithTTL(ttl)) },
 			close: func() { _ = l.Close() },
 		}
 	}
@@ -109,7 +109,7 @@ func uncontended(ctx context.Context, ep Endpoints, base *baseline, targets []Ta
 				return err
 			}
 		}
-		res, ierr := benchkit.Interleave(warmup, rounds, fs...)
+		res, ierr := measure.Interleave(warmup, rounds, fs...)
 		switch {
 		case ierr == nil:
 			for j, i := range order {
@@ -131,23 +131,23 @@ func uncontended(ctx context.Context, ep Endpoints, base *baseline, targets []Ta
 	}
 }
 
-// contended runs n clients of t on one key for d (benchkit.Contend, no hold time).
-func contended(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, n int, d time.Duration) (benchkit.Contention, error) {
+// contended runs n clients of t on one key for d (measure.Contend, no hold time).
+func contended(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, n int, d time.Duration) (measure.Contention, error) {
 	ls, err := openN(ctx, t, ep, ttl, n)
 	if err != nil {
-		return benchkit.Contention{}, err
+		return measure.Contention{}, err
 	}
-	c, err := benchkit.Contend(ctx, ls, key(ep, t.Name, "c"), d, 0, dlock.WithTTL(ttl))
+	c, err := measure.Contend(ctx, ls, key(ep, t.Name, "c"), d, 0, dlock.WithTTL(ttl))
 	return c, errors.Join(err, closeAll(ls))
 }
 
-// manyKeys runs n clients of t over keys keys for d (benchkit.ManyKeys).
-func manyKeys(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, n, keys int, d time.Duration) (benchkit.Throughput, error) {
+// manyKeys runs n clients of t over keys keys for d (measure.ManyKeys).
+func manyKeys(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, n, keys int, d time.Duration) (measure.Throughput, error) {
 	ls, err := openN(ctx, t, ep, ttl, n)
 	if err != nil {
-		return benchkit.Throughput{}, err
+		return measure.Throughput{}, err
 	}
-	tp, err := benchkit.ManyKeys(ctx, ls, key(ep, t.Name, "mk"), keys, d, dlock.WithTTL(ttl))
+	tp, err := measure.ManyKeys(ctx, ls, key(ep, t.Name, "mk"), keys, d, dlock.WithTTL(ttl))
 	return tp, errors.Join(err, closeAll(ls))
 }
 
@@ -160,7 +160,7 @@ func allocs(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, warm
 	}
 	defer l.Close()
 	k := key(ep, t.Name, "a")
-	return countAllocs(warmup, n, func() error { return benchkit.AcquireCycle(ctx, l, k, dlock.WithTTL(ttl)) })
+	return countAllocs(warmup, n, func() error { return measure.AcquireCycle(ctx, l, k, dlock.WithTTL(ttl)) })
 }
 
 // rawAllocs is allocs for a baseline.
@@ -179,7 +179,7 @@ func countAllocs(warmup, n int, f func() error) (Allocs, error) {
 			return Allocs{}, err
 		}
 	}
-	a, b, err := benchkit.Allocs(n, f)
+	a, b, err := measure.Allocs(n, f)
 	return Allocs{PerCycle: a, BytesPerCycle: b}, err
 }
 
@@ -204,7 +204,7 @@ func crash(ctx context.Context, e *env, t Target, timeout time.Duration, trials 
 		}
 		res.Trials = append(res.Trials, d)
 	}
-	lat := benchkit.Summarize(append([]time.Duration(nil), res.Trials...))
+	lat := measure.Summarize(append([]time.Duration(nil), res.Trials...))
 	res.P50, res.Max = lat.P50, lat.Max
 	return res, nil
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/results"
 )
 
 // HTML renders the report as one self-contained page: inline CSS, inline SVG charts
@@ -77,7 +77,7 @@ func plain(lines []string) []string {
 	return out
 }
 
-func cellTitle(c conformance.Cell, ok bool) string {
+func cellTitle(c results.Cell, ok bool) string {
 	if !ok {
 		return "not run"
 	}

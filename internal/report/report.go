@@ -14,7 +14,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Report is everything one `dlock compare` run found.
@@ -25,8 +26,8 @@ type Report struct {
 	Trials  int    `json:"trials"`  // trials per fault scenario
 	// Cells: backend × scenario × property outcomes. Conformance cells have scenario
 	// "Conformance"; fault cells name their scenario and the property it threatens.
-	Cells []conformance.Cell `json:"cells"`
-	Speed *Speed             `json:"speed,omitempty"`
+	Cells []results.Cell `json:"cells"`
+	Speed *Speed         `json:"speed,omitempty"`
 	// Failures: tests that failed while the report was made (surprises included),
 	// e.g. "backends/redislock: TestFaults/single/ClockJump".
 	Failures []string `json:"failures,omitempty"`
@@ -99,13 +100,13 @@ func CellFiles(dir string) ([]string, error) {
 }
 
 // ReadCells reads one cell file: a conformance.Report in JSON.
-func ReadCells(path string) ([]conformance.Cell, error) {
+func ReadCells(path string) ([]results.Cell, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var r struct {
-		Cells []conformance.Cell `json:"cells"`
+		Cells []results.Cell `json:"cells"`
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("report: %s is not a conformance cell file: %w", path, err)
@@ -176,8 +177,8 @@ func (r *Report) WriteFiles(dir string) ([]string, error) {
 }
 
 // Surprises returns the cells whose outcome differs from what the backend declares.
-func (r *Report) Surprises() []conformance.Cell {
-	var out []conformance.Cell
+func (r *Report) Surprises() []results.Cell {
+	var out []results.Cell
 	for _, c := range r.Cells {
 		if c.Surprise() {
 			out = append(out, c)
@@ -191,14 +192,14 @@ type matrix struct {
 	Title string
 	Rows  []string
 	Cols  []string
-	Cell  map[[2]string]conformance.Cell
+	Cell  map[[2]string]results.Cell
 }
 
 // matrices splits the cells into the conformance matrix (backend × property) and
 // the fault matrix (backend × scenario), each in the suite's order.
 func (r *Report) matrices() []matrix {
-	conf := matrix{Title: "Conformance (backend × property)", Cell: map[[2]string]conformance.Cell{}}
-	faults := matrix{Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]conformance.Cell{}}
+	conf := matrix{Title: "Conformance (backend × property)", Cell: map[[2]string]results.Cell{}}
+	faults := matrix{Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]results.Cell{}}
 	for _, c := range r.Cells {
 		m, col := &faults, c.Scenario
 		if c.Scenario == "Conformance" {
@@ -213,7 +214,7 @@ func (r *Report) matrices() []matrix {
 		// One backend may be run by several tests, each applying some scenarios:
 		// a cell that was run wins over one that says "not applicable".
 		k := [2]string{c.Backend, col}
-		if old, ok := m.Cell[k]; !ok || old.Status == conformance.NotApplicable || c.Status != conformance.NotApplicable {
+		if old, ok := m.Cell[k]; !ok || old.Status == spec.NotApplicable || c.Status != spec.NotApplicable {
 			m.Cell[k] = c
 		}
 	}
@@ -230,10 +231,10 @@ func (r *Report) matrices() []matrix {
 		})
 	}
 	var props, scen []string
-	for _, p := range conformance.Properties {
+	for _, p := range spec.Properties {
 		props = append(props, string(p))
 	}
-	for _, s := range conformance.Scenarios {
+	for _, s := range spec.Scenarios {
 		scen = append(scen, string(s))
 	}
 	order(conf.Cols, props)
@@ -248,19 +249,19 @@ func (r *Report) matrices() []matrix {
 }
 
 // kind classifies a cell for rendering.
-func kind(c conformance.Cell, ok bool) string {
+func kind(c results.Cell, ok bool) string {
 	switch {
 	case !ok:
 		return "none"
 	case c.Surprise():
 		return "surprise"
-	case c.Status == conformance.Held:
+	case c.Status == spec.Held:
 		return "held"
-	case c.Status == conformance.Violated:
+	case c.Status == spec.Violated:
 		return "weak"
-	case c.Status == conformance.Unavailable:
+	case c.Status == spec.Unavailable:
 		return "unavailable"
-	case c.Status == conformance.NotApplicable:
+	case c.Status == spec.NotApplicable:
 		return "na"
 	}
 	return "surprise" // e.g. "failed": the subtest broke

@@ -7,24 +7,25 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/spec"
 )
 
-func cell(backend, scenario, property string, status, expected conformance.Status, trials, violations int) conformance.Cell {
-	return conformance.Cell{Backend: backend, Scenario: scenario, Property: property, Status: status,
+func cell(backend, scenario, property string, status, expected spec.Status, trials, violations int) results.Cell {
+	return results.Cell{Backend: backend, Scenario: scenario, Property: property, Status: status,
 		Expected: expected, Trials: trials, Violations: violations}
 }
 
 func sample() *Report {
 	return &Report{Date: "2026-01-02T03:04:05Z", Machine: "test machine", Command: "dlock compare --x", Trials: 3,
-		Cells: []conformance.Cell{
+		Cells: []results.Cell{
 			// Out of the suite's order on purpose: the matrix puts columns in order.
-			cell("b", "Conformance", "Expiry", conformance.Held, conformance.Held, 1, 0),
-			cell("a", "Conformance", "MutualExclusion", conformance.Violated, conformance.Violated, 1, 1),
-			cell("a", "Conformance", "Expiry", conformance.NotApplicable, conformance.NotApplicable, 1, 0),
-			cell("a", "HolderPause", "MutualExclusion", conformance.Violated, conformance.Violated, 3, 3),
-			cell("a", "HolderCrash", "MutualExclusion", conformance.Held, conformance.Held, 3, 0),
-			cell("b", "HolderCrash", "MutualExclusion", conformance.Violated, conformance.Held, 3, 1),
+			cell("b", "Conformance", "Expiry", spec.Held, spec.Held, 1, 0),
+			cell("a", "Conformance", "MutualExclusion", spec.Violated, spec.Violated, 1, 1),
+			cell("a", "Conformance", "Expiry", spec.NotApplicable, spec.NotApplicable, 1, 0),
+			cell("a", "HolderPause", "MutualExclusion", spec.Violated, spec.Violated, 3, 3),
+			cell("a", "HolderCrash", "MutualExclusion", spec.Held, spec.Held, 3, 0),
+			cell("b", "HolderCrash", "MutualExclusion", spec.Violated, spec.Held, 3, 1),
 		}}
 }
 
@@ -112,7 +113,7 @@ func TestFromDir(t *testing.T) {
 		t.Fatalf("empty directory: %v, want an error that says what is missing", err)
 	}
 	// Cell files as conformance writes them.
-	for name, cells := range map[string][]conformance.Cell{
+	for name, cells := range map[string][]results.Cell{
 		"conformance-a.json": sample().Cells[:3],
 		"faults-a.json":      sample().Cells[3:],
 	} {
@@ -149,22 +150,22 @@ func TestFromDir(t *testing.T) {
 // TestRunCellWinsOverNotApplicable: one backend run by two tests (each enabling some
 // scenarios) shows the cells that ran, whichever file came last.
 func TestRunCellWinsOverNotApplicable(t *testing.T) {
-	for _, order := range [][2]conformance.Status{{conformance.NotApplicable, conformance.Held}, {conformance.Held, conformance.NotApplicable}} {
-		r := &Report{Cells: []conformance.Cell{
+	for _, order := range [][2]spec.Status{{spec.NotApplicable, spec.Held}, {spec.Held, spec.NotApplicable}} {
+		r := &Report{Cells: []results.Cell{
 			cell("p", "Partition", "MutualExclusion", order[0], order[0], 3, 0),
 			cell("p", "Partition", "MutualExclusion", order[1], order[1], 3, 0),
 		}}
 		ms := r.matrices()
-		if got := ms[len(ms)-1].Cell[[2]string{"p", "Partition"}].Status; got != conformance.Held {
+		if got := ms[len(ms)-1].Cell[[2]string{"p", "Partition"}].Status; got != spec.Held {
 			t.Errorf("cells %v: the matrix shows %s, want held", order, got)
 		}
 	}
 }
 
 func TestSometimesCells(t *testing.T) {
-	r := &Report{Trials: 8, Cells: []conformance.Cell{
-		cell("a", "Partition", "MutualExclusion", conformance.Violated, conformance.Sometimes, 8, 3),
-		cell("b", "Partition", "MutualExclusion", conformance.Held, conformance.Sometimes, 8, 0),
+	r := &Report{Trials: 8, Cells: []results.Cell{
+		cell("a", "Partition", "MutualExclusion", spec.Violated, spec.Sometimes, 8, 3),
+		cell("b", "Partition", "MutualExclusion", spec.Held, spec.Sometimes, 8, 0),
 	}}
 	if n := len(r.Surprises()); n != 0 {
 		t.Errorf("%d surprises: held and violated both agree with a Sometimes declaration", n)

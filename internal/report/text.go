@@ -7,7 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Markdown renders the report: the header (date, machine, command), the guarantee
@@ -76,13 +77,13 @@ func (r *Report) header(b *strings.Builder, bullet string) {
 	}
 }
 
-func mdCell(c conformance.Cell, ok bool) string {
+func mdCell(c results.Cell, ok bool) string {
 	counts := ""
 	if ok && c.Trials > 1 {
 		counts = fmt.Sprintf(" %d/%d", c.Violations, c.Trials)
 	}
 	sometimes := ""
-	if c.Expected == conformance.Sometimes {
+	if c.Expected == spec.Sometimes {
 		sometimes = " (sometimes)"
 	}
 	switch kind(c, ok) {
@@ -101,7 +102,7 @@ func mdCell(c conformance.Cell, ok bool) string {
 	return fmt.Sprintf("❌ %s%s (declared: %s)", c.Status, counts, c.Expected)
 }
 
-func unavailableFor(c conformance.Cell) string {
+func unavailableFor(c results.Cell) string {
 	if c.Unavailable > 0 {
 		return " " + c.Unavailable.Round(time.Millisecond).String()
 	}
@@ -190,12 +191,12 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 }
 
-func textCell(c conformance.Cell, ok bool) string {
+func textCell(c results.Cell, ok bool) string {
 	switch kind(c, ok) {
 	case "none", "na":
 		return "-"
 	case "held":
-		if c.Expected == conformance.Sometimes {
+		if c.Expected == spec.Sometimes {
 			return "ok?"
 		}
 		return "ok"

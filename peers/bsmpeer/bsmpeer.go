@@ -2,34 +2,33 @@
 // that the conformance suite, the fault scenarios and the benchmarks run on it beside
 // dlock's own backends.
 //
-// Acquire and TryAcquire are one call of redislock's Client.Obtain (SET NX PX in a Lua
-// script), with redislock's own retry loop: TryAcquire passes no retry strategy
-// (redislock's default, one attempt); Acquire passes the strategy given with
-// dlock.WithRetry (adapted to redislock.RetryStrategy: a negative delay stops it) or,
-// without one, redislock.ExponentialBackoff(1ms, 250ms), redislock's own strategy
-// with the bounds of dlock.DefaultRetry. Release is Lock.Release and Refresh is
-// Lock.Refresh, both owner-checked by the lock's random token.
+// The library is driven as a dlock driver (package driver) and runs under dlock.New
+// like every backend, so its leases are dlock's own (validity deadline, auto-renewal,
+// Done/Err, Observer events). TryAcquire is one call of redislock's Client.Obtain (SET
+// NX PX in a Lua script) with no retry; Acquire is Obtain with redislock's own retry
+// loop — redislock.ExponentialBackoff(1ms, 250ms), the bounds of dlock.DefaultRetry —
+// unless the caller passes dlock.WithRetry, which dlock then runs over single Obtains.
+// Release is Lock.Release and Refresh is Lock.Refresh, both owner-checked by the
+// lock's random token.
 //
 // What redislock does not give: fencing (Token is 0), wake-ups on release (waiters
-// poll), and a validity: Obtain and Refresh report none, so the adapter estimates it
-// as dlock's own backends do, the TTL counted from the start of the call less
-// driver.DefaultDrift (1% + 2ms); Done closes then. When ctx has no
-// deadline, redislock itself bounds Obtain to the TTL: Acquire then gives up after
-// one TTL with ErrNotAcquired.
+// poll), and a validity: Obtain and Refresh report none, so dlock keeps it as for its
+// own backends, the TTL counted from the start of the request that set it less
+// driver.DefaultDrift (1% + 2ms). When ctx has no deadline, redislock itself bounds
+// Obtain to the TTL: Acquire then gives up after one TTL with ErrNotAcquired.
 package bsmpeer
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/peers/internal/peerlease"
 )
 
 // Name is the peer's name in errors.
@@ -39,60 +38,88 @@ const Name = "bsm/redislock"
 // any redislock.RedisClient). Close releases the leases still held but does not close
 // client.
 func New(client redislock.RedisClient) dlock.Locker {
-	return &locker{c: redislock.New(client), set: peerlease.NewSet(Name)}
+	return dlock.New(&bsmDriver{c: redislock.New(client)}, driver.Info{Name: Name})
 }
 
-type locker struct {
-	c   *redislock.Client
-	set *peerlease.Set
+type bsmDriver struct{ c *redislock.Client }
+
+var _ driver.Waiter = (*bsmDriver)(nil)
+
+// TryLock is one Obtain.
+func (d *bsmDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	return d.obtain(ctx, key, ttl, nil)
 }
 
-func (l *locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
-	return l.obtain(ctx, key, opts, true)
+// Lock is Obtain with redislock's own retry loop.
+func (d *bsmDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	s := &strategy{s: redislock.ExponentialBackoff(time.Millisecond, 250*time.Millisecond)}
+	return d.obtain(ctx, key, ttl, s)
 }
 
-func (l *locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
-	return l.obtain(ctx, key, opts, false)
-}
-
-func (l *locker) obtain(ctx context.Context, key string, opts []dlock.Option, wait bool) (dlock.Lease, error) {
-	o, err := l.set.Begin(key, opts)
-	if err != nil {
+func (d *bsmDriver) obtain(ctx context.Context, key string, ttl time.Duration, s *strategy) (driver.Lock, error) {
+	var o *redislock.Options
+	if s != nil {
+		o = &redislock.Options{RetryStrategy: s}
+	}
+	lk, err := d.c.Obtain(ctx, key, ttl, o)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+	case errors.Is(err, redislock.ErrNotObtained) && s == nil:
+		return nil, driver.Busy(0)
+	case errors.Is(err, redislock.ErrNotObtained), errors.Is(err, context.DeadlineExceeded):
+		// redislock's own deadline of one TTL for a ctx without one.
+		return nil, fmt.Errorf("%w: redislock gave up after the ttl %v", driver.Busy(0), ttl)
+	default:
 		return nil, err
 	}
-	var ro *redislock.Options
-	if wait {
-		ro = &redislock.Options{RetryStrategy: retryStrategy(o.Retry)}
+	l := &bsmLock{lk: lk}
+	if s != nil {
+		l.validFrom = s.lastTry()
 	}
-	t0 := time.Now()
-	lk, err := l.c.Obtain(ctx, key, o.TTL, ro)
-	switch {
-	case errors.Is(err, redislock.ErrNotObtained):
-		return nil, l.set.NotAcquired(ctx, key, nil)
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		// redislock's own deadline of one TTL for a ctx without one.
-		return nil, l.set.NotAcquired(ctx, key, fmt.Errorf("redislock gave up after the ttl %v: %w", o.TTL, err))
-	case ctx.Err() != nil && err != nil:
-		return nil, l.set.NotAcquired(ctx, key, err)
-	case err != nil:
-		return nil, l.set.Failed(key, err)
-	}
-	return l.set.Grant(key, 0, validity(t0, o.TTL), o, peerlease.Hooks{
-		Release: func(ctx context.Context) error { return notHeld(lk.Release(ctx)) },
-		Refresh: func(ctx context.Context, ttl time.Duration) (time.Time, error) {
-			t0 := time.Now()
-			if err := notHeld(lk.Refresh(ctx, ttl, nil)); err != nil {
-				return time.Time{}, err
-			}
-			return validity(t0, ttl), nil
-		},
-	})
+	return l, nil
 }
 
-// validity is the adapter's estimate of when a lock set at t0 for ttl may be gone.
-func validity(t0 time.Time, ttl time.Duration) time.Time {
-	return t0.Add(ttl - driver.DefaultDrift(ttl))
+func (d *bsmDriver) Close() error { return nil }
+
+// strategy is redislock's retry strategy that also notes when the next attempt can
+// start at the earliest: the moment it returns plus the delay it returns. The last
+// such moment before a grant is a lower bound of when the store set the lock's TTL.
+type strategy struct {
+	s        redislock.RetryStrategy
+	mu       sync.Mutex
+	earliest time.Time
 }
+
+func (s *strategy) NextBackoff() time.Duration {
+	d := s.s.NextBackoff()
+	s.mu.Lock()
+	s.earliest = time.Now().Add(d)
+	s.mu.Unlock()
+	return d
+}
+
+func (s *strategy) lastTry() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.earliest
+}
+
+// bsmLock is one lock obtained by redislock.
+type bsmLock struct {
+	lk        *redislock.Lock
+	validFrom time.Time // zero when granted by the first attempt
+}
+
+func (l *bsmLock) Token() uint64        { return 0 }
+func (l *bsmLock) ValidFrom() time.Time { return l.validFrom }
+
+func (l *bsmLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	return notHeld(l.lk.Refresh(ctx, ttl, nil))
+}
+
+func (l *bsmLock) Unlock(ctx context.Context) error { return notHeld(l.lk.Release(ctx)) }
 
 // notHeld maps redislock's "not ours" errors to dlock.ErrNotHeld.
 func notHeld(err error) error {
@@ -100,36 +127,4 @@ func notHeld(err error) error {
 		return fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
 	}
 	return err
-}
-
-// Close releases the leases still held and ends them with dlock.ErrClosed; later calls
-// return dlock.ErrClosed. It does not close the Redis client. Idempotent.
-func (l *locker) Close() error {
-	l.set.Close()
-	return nil
-}
-
-// retryStrategy adapts a dlock.RetryStrategy to redislock's stateful interface, whose
-// NextBackoff below 1ns stops the retries.
-func retryStrategy(s dlock.RetryStrategy) redislock.RetryStrategy {
-	if s == nil {
-		return redislock.ExponentialBackoff(time.Millisecond, 250*time.Millisecond)
-	}
-	return &adapted{s: s}
-}
-
-type adapted struct {
-	s        dlock.RetryStrategy
-	attempts atomic.Int64
-}
-
-func (a *adapted) NextBackoff() time.Duration {
-	d := a.s.Backoff(int(a.attempts.Add(1)))
-	switch {
-	case d < 0:
-		return 0 // stop
-	case d == 0:
-		return 1 // at once; 0 would stop redislock
-	}
-	return d
 }

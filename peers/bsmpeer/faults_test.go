@@ -29,5 +29,5 @@ func (h faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conforma
 // with or without a fenced resource), and a blackholed holder's lease ends (at the
 // adapter's estimate of the validity) before the key expires on the server.
 func TestFaults(t *testing.T) {
-	conformance.RunFaults(t, "peer bsm/redislock", faultHarness{harness{servertest.Redis(t)}}, nil)
+	conformance.RunFaults(t, faultHarness{harness{servertest.Redis(t)}})
 }

@@ -1,12 +1,11 @@
 package bsmpeer
 
 import (
-	"context"
-	"net/url"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/peers/internal/peerredis"
-	"github.com/dlock-go/dlock/peers/internal/peerurl"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme this package registers with dlock.Open:
@@ -14,15 +13,8 @@ import (
 // opener pings the server; the Locker's Close closes the client it made.
 const Scheme = "peer+bsm"
 
+// The declaration: owner-checked release and refresh by a random value; no fencing.
 func init() {
-	dlock.Register(Scheme, func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		if err := dlock.CheckQuery(u); err != nil {
-			return nil, err
-		}
-		clients, closeAll, err := peerredis.Clients(ctx, u, 1)
-		if err != nil {
-			return nil, err
-		}
-		return peerurl.Owning(New(clients[0]), closeAll), nil
-	})
+	peerredis.Register(Scheme, 1, func(c []redis.UniversalClient) dlock.Locker { return New(c[0]) },
+		spec.Capabilities{PerLeaseTTL: true, Refresh: true})
 }

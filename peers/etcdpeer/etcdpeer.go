@@ -2,6 +2,8 @@
 // (v3.7.3) Mutex, as a dlock.Locker, so that the conformance suite, the fault
 // scenarios and the benchmarks run on it beside dlock's own backends.
 //
+// The library is driven as a dlock driver (package driver) and runs under dlock.New
+// like every backend, so its leases are dlock's own (Done/Err, Observer events).
 // A Locker is one concurrency.Session (a lease kept alive in the background), as the
 // package intends: "a lease kept alive for the lifetime of a client". Each Acquire
 // makes a concurrency.NewMutex(session, prefix+key) and calls its Lock (one
@@ -30,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -38,7 +39,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/peers/internal/peerlease"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Name is the peer's name in errors.
@@ -56,6 +57,10 @@ type config struct {
 // prefix+key.
 func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
+// DefaultSessionTTL is the session TTL in seconds without WithSessionTTL:
+// concurrency.NewSession's own default.
+const DefaultSessionTTL = 60
+
 // WithSessionTTL sets the session's lease TTL in seconds (default 60, the library's):
 // how long a vanished client's locks outlive it. etcd raises TTLs below its minimum
 // (about 2s with default server timing).
@@ -65,7 +70,7 @@ func WithSessionTTL(seconds int) Option { return func(c *config) { c.ttl = secon
 // It returns the error of the session's lease grant. Close ends the session (its
 // locks are freed at once) but does not close cli.
 func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (dlock.Locker, error) {
-	c := config{ttl: 60}
+	c := config{ttl: DefaultSessionTTL}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -73,45 +78,36 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (dlock.Locke
 	if err != nil {
 		return nil, fmt.Errorf("dlock: %s: session: %w", Name, err)
 	}
-	l := &locker{s: s, prefix: c.prefix, set: peerlease.NewSet(Name), stop: make(chan struct{})}
-	l.wg.Go(l.watchSession)
-	return l, nil
+	return &locker{Locker: dlock.New(&mutexDriver{s: s, prefix: c.prefix}, driver.Info{Name: Name, SessionTTL: true}), s: s}, nil
 }
 
+// locker is the Locker New returns: it also gives its session to tests (Session).
 type locker struct {
-	s      *concurrency.Session
-	prefix string
-	set    *peerlease.Set
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	dlock.Locker
+	s *concurrency.Session
 }
 
-// Session returns the Locker's session, e.g. for a test that makes the client vanish
-// (Orphan stops the keep-alive without revoking the lease, as a crash does).
+// Session is the Locker's concurrency.Session.
 func (l *locker) Session() *concurrency.Session { return l.s }
 
-func (l *locker) watchSession() {
-	select {
-	case <-l.s.Done():
-		l.set.Lose(concurrency.ErrSessionExpired)
-	case <-l.stop:
-	}
+type mutexDriver struct {
+	s      *concurrency.Session
+	prefix string
 }
 
-func (l *locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
-	return l.lock(ctx, key, opts, true)
+var _ driver.Waiter = (*mutexDriver)(nil)
+
+func (d *mutexDriver) TryLock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
+	return d.lock(ctx, key, false)
 }
 
-func (l *locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
-	return l.lock(ctx, key, opts, false)
+func (d *mutexDriver) Lock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
+	return d.lock(ctx, key, true)
 }
 
-func (l *locker) lock(ctx context.Context, key string, opts []dlock.Option, wait bool) (dlock.Lease, error) {
-	o, err := l.set.Begin(key, opts)
-	if err != nil {
-		return nil, err
-	}
-	m := concurrency.NewMutex(l.s, l.prefix+key)
+func (d *mutexDriver) lock(ctx context.Context, key string, wait bool) (driver.Lock, error) {
+	m := concurrency.NewMutex(d.s, d.prefix+key)
+	var err error
 	if wait {
 		err = m.Lock(ctx)
 	} else {
@@ -119,38 +115,48 @@ func (l *locker) lock(ctx context.Context, key string, opts []dlock.Option, wait
 	}
 	switch {
 	case errors.Is(err, concurrency.ErrLocked):
-		return nil, l.set.NotAcquired(ctx, key, nil)
+		return nil, driver.Busy(0)
 	case err != nil && ctx.Err() != nil:
-		return nil, l.set.NotAcquired(ctx, key, err)
+		return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
 	case err != nil:
-		return nil, l.set.Failed(key, err)
+		return nil, err
 	}
-	return l.set.Grant(key, uint64(m.Header().Revision), time.Time{}, o, peerlease.Hooks{
-		Release: func(ctx context.Context) error {
-			err := m.Unlock(ctx)
-			if errors.Is(err, concurrency.ErrLockReleased) {
-				return fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
-			}
-			return err
-		},
-	})
+	return &mutexLock{m: m, s: d.s}, nil
 }
 
-// Close releases the leases still held, ends them with dlock.ErrClosed and closes the
-// session (revoking its lease). Later calls return dlock.ErrClosed. Idempotent; a
-// session whose lease had already expired closes without error.
-func (l *locker) Close() error {
-	if !l.set.Close() {
-		return nil
-	}
-	close(l.stop)
-	l.wg.Wait()
-	err := l.s.Close()
+// Close closes the session (revoking its lease, which frees its locks).
+func (d *mutexDriver) Close() error {
+	err := d.s.Close()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		err = nil
 	}
 	if err != nil {
-		return fmt.Errorf("dlock: %s: close session: %w", Name, err)
+		return fmt.Errorf("close session: %w", err)
 	}
 	return nil
 }
+
+// mutexLock is one concurrency.Mutex held; it lasts as long as the session.
+type mutexLock struct {
+	m *concurrency.Mutex
+	s *concurrency.Session
+}
+
+// Token is the revision of the response that granted the lock.
+func (k *mutexLock) Token() uint64 { return uint64(k.m.Header().Revision) }
+
+func (k *mutexLock) Refresh(context.Context, time.Duration) error { return errors.ErrUnsupported }
+
+func (k *mutexLock) Unlock(ctx context.Context) error {
+	err := k.m.Unlock(ctx)
+	if errors.Is(err, concurrency.ErrLockReleased) {
+		return fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
+	}
+	return err
+}
+
+// Lost is closed when the session ends (keep-alive failed, lease revoked).
+func (k *mutexLock) Lost() <-chan struct{} { return k.s.Done() }
+
+// Cause says why Lost closed.
+func (k *mutexLock) Cause() error { return concurrency.ErrSessionExpired }

@@ -54,9 +54,9 @@ func (h partitionFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, confo
 func TestFaults(t *testing.T) {
 	h := harness{servertest.Etcd(t)}
 	t.Run("holders", func(t *testing.T) {
-		conformance.RunFaults(t, "peer etcd Mutex", holderFaults{h}, nil)
+		conformance.RunFaults(t, holderFaults{h})
 	})
 	t.Run("partition", func(t *testing.T) {
-		conformance.RunFaults(t, "peer etcd Mutex", partitionFaults{h}, nil)
+		conformance.RunFaults(t, partitionFaults{h})
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/peers/internal/peerurl"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme this package registers with dlock.Open:
@@ -21,34 +22,65 @@ import (
 const Scheme = "peer+etcd"
 
 func init() {
-	dlock.Register(Scheme, func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		if err := dlock.CheckQuery(u, "session_ttl"); err != nil {
-			return nil, err
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+}
+
+// parseURL returns the hosts, options and session TTL (seconds) of u.
+func parseURL(u *url.URL) ([]string, []Option, int, error) {
+	q, err := dlock.ParseQuery(u, "session_ttl")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	hosts, err := peerurl.Hosts(u)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	opts := []Option{}
+	if u.Path != "" && u.Path != "/" {
+		opts = append(opts, WithPrefix(u.Path+"/"))
+	}
+	ttl := DefaultSessionTTL
+	if s, ok := q["session_ttl"]; ok {
+		if ttl, err = strconv.Atoi(s); err != nil || ttl <= 0 {
+			return nil, nil, 0, fmt.Errorf("%w: session_ttl=%q: want a positive number of seconds", dlock.ErrInvalidURL, s)
 		}
-		hosts, err := peerurl.Hosts(u)
-		if err != nil {
-			return nil, err
-		}
-		opts := []Option{}
-		if u.Path != "" && u.Path != "/" {
-			opts = append(opts, WithPrefix(u.Path+"/"))
-		}
-		if s := u.Query().Get("session_ttl"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("%w: session_ttl=%q: want a positive number of seconds", dlock.ErrInvalidURL, s)
-			}
-			opts = append(opts, WithSessionTTL(n))
-		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: hosts, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return nil, fmt.Errorf("dlock: %s: %w", Scheme, err)
-		}
-		l, err := New(ctx, cli, opts...)
-		if err != nil {
-			_ = cli.Close()
-			return nil, err
-		}
-		return peerurl.Owning(l, cli.Close), nil
-	})
+		opts = append(opts, WithSessionTTL(ttl))
+	}
+	return hosts, opts, ttl, nil
+}
+
+func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+	hosts, opts, _, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: hosts, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("dlock: %s: %w", Scheme, err)
+	}
+	l, err := New(ctx, cli, opts...)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	return peerurl.Owning(l, cli.Close), nil
+}
+
+// declare: fencing by revision, locks as long as the session, waiters ordered by
+// revision (FIFO). Empty keys are accepted (InputValidation) and Unlock does not tell
+// a holder its lock was deleted (OwnerOnlyRelease). A cut-off holder's Session.Done
+// closes up to a second after the server revoked its lease (clientv3 checks
+// keep-alive deadlines once a second), so another session may be granted the lock
+// first: in some trials of Partition, not all.
+func declare(u *url.URL) (spec.Capabilities, error) {
+	_, _, ttl, err := parseURL(u)
+	if err != nil {
+		return spec.Capabilities{}, err
+	}
+	return spec.Capabilities{Fencing: true, SessionTimeout: time.Duration(ttl) * time.Second,
+		Weaknesses:    []spec.Property{spec.InputValidation, spec.OwnerOnlyRelease},
+		HarnessOnly:   []spec.Property{spec.OwnerOnlyRelease},
+		FIFO:          true,
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.Partition: spec.Sometimes},
+		FaultTrials:   map[spec.Scenario]int{spec.Partition: 8}}, nil
 }

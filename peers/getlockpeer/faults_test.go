@@ -43,10 +43,10 @@ func (h partitionFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, confo
 func TestFaults(t *testing.T) {
 	t.Run("holders", func(t *testing.T) {
 		t.Parallel()
-		conformance.RunFaults(t, "peer GET_LOCK", holderFaults{newHarness(t)}, nil)
+		conformance.RunFaults(t, holderFaults{newHarness(t)})
 	})
 	t.Run("partition", func(t *testing.T) {
 		t.Parallel()
-		conformance.RunFaults(t, "peer GET_LOCK", partitionFaults{newHarness(t)}, nil)
+		conformance.RunFaults(t, partitionFaults{newHarness(t)})
 	})
 }

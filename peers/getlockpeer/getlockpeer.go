@@ -13,6 +13,9 @@
 // seconds left before ctx's deadline (a year without one) and, when ctx is cancelled,
 // the driver closes the connection, which ends the wait on the server.
 //
+// The adapter is a dlock driver (package driver) and runs under dlock.New like every
+// backend, so its leases are dlock's own (Done/Err, Observer events).
+//
 // What follows from GET_LOCK, and is measured by the tests: the lock lasts as long as
 // the connection (WithTTL is ignored, Refresh returns errors.ErrUnsupported); a
 // connection that closes — the client crashed, or the network cut it — frees the lock
@@ -35,7 +38,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/peers/internal/peerlease"
+	dldriver "github.com/dlock-go/dlock/driver"
 )
 
 // Name is the peer's name in errors.
@@ -44,82 +47,79 @@ const Name = "mysql GET_LOCK"
 // forever is the GET_LOCK timeout, in seconds, of an Acquire whose ctx has no deadline.
 const forever = 365 * 24 * 3600
 
-// New returns a Locker that takes named locks on db's server. Each held lease keeps
-// one of db's connections. Close releases the leases still held but does not close db.
+// New returns a Locker that takes GET_LOCK named locks through db. Close releases the
+// leases still held but does not close db.
 func New(db *sql.DB) dlock.Locker {
-	return &locker{db: db, set: peerlease.NewSet(Name)}
+	return dlock.New(&getLockDriver{db: db}, dldriver.Info{Name: Name, SessionTTL: true})
 }
 
-type locker struct {
-	db  *sql.DB
-	set *peerlease.Set
+type getLockDriver struct{ db *sql.DB }
+
+var _ dldriver.Waiter = (*getLockDriver)(nil)
+
+// TryLock is GET_LOCK(key, 0).
+func (d *getLockDriver) TryLock(ctx context.Context, key string, _ time.Duration) (dldriver.Lock, error) {
+	return d.lock(ctx, key, 0)
 }
 
-func (l *locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
+// Lock is GET_LOCK(key, the seconds left before ctx's deadline, or a year).
+func (d *getLockDriver) Lock(ctx context.Context, key string, _ time.Duration) (dldriver.Lock, error) {
 	timeout := float64(forever)
-	if d, ok := ctx.Deadline(); ok {
-		timeout = math.Max(0, math.Ceil(time.Until(d).Seconds()))
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = math.Max(0, math.Ceil(time.Until(dl).Seconds()))
 	}
-	return l.lock(ctx, key, opts, timeout)
+	return d.lock(ctx, key, timeout)
 }
 
-func (l *locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
-	return l.lock(ctx, key, opts, 0)
-}
-
-func (l *locker) lock(ctx context.Context, key string, opts []dlock.Option, timeout float64) (dlock.Lease, error) {
-	o, err := l.set.Begin(key, opts)
+func (d *getLockDriver) lock(ctx context.Context, key string, timeout float64) (dldriver.Lock, error) {
+	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, err
-	}
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, l.set.NotAcquired(ctx, key, err)
-		}
-		return nil, l.set.Failed(key, err)
 	}
 	var got sql.NullInt64
 	err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", key, timeout).Scan(&got)
 	switch {
-	case err != nil && ctx.Err() != nil:
-		_ = conn.Close()
-		return nil, l.set.NotAcquired(ctx, key, err)
 	case err != nil:
 		_ = conn.Close()
-		return nil, l.set.Failed(key, err)
+		return nil, err
 	case !got.Valid:
 		_ = conn.Close()
-		return nil, l.set.Failed(key, fmt.Errorf("GET_LOCK returned NULL"))
+		return nil, fmt.Errorf("GET_LOCK returned NULL")
 	case got.Int64 != 1:
 		_ = conn.Close()
-		return nil, l.set.NotAcquired(ctx, key, nil)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, dldriver.Busy(0)
 	}
-	return l.set.Grant(key, 0, time.Time{}, o, peerlease.Hooks{
-		Release: func(ctx context.Context) error {
-			var freed sql.NullInt64
-			err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", key).Scan(&freed)
-			switch {
-			case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn):
-				// The connection is gone, and with it the lock (the server frees a
-				// closed connection's locks).
-				_ = conn.Close()
-				return fmt.Errorf("%w: the connection that held it is gone: %w", dlock.ErrNotHeld, err)
-			case err != nil:
-				return err // the connection stays with the lease: Release may be retried
-			}
-			_ = conn.Close()
-			if freed.Int64 != 1 { // 0: another connection holds it; NULL: nobody does
-				return fmt.Errorf("%w: RELEASE_LOCK returned %v", dlock.ErrNotHeld, freed)
-			}
-			return nil
-		},
-	})
+	return &namedLock{conn: conn, key: key}, nil
 }
 
-// Close releases the leases still held (RELEASE_LOCK, then the connection goes back
-// to the pool) and ends them with dlock.ErrClosed. It does not close db. Idempotent.
-func (l *locker) Close() error {
-	l.set.Close()
+func (d *getLockDriver) Close() error { return nil }
+
+// namedLock is one GET_LOCK held by the connection conn.
+type namedLock struct {
+	conn *sql.Conn
+	key  string
+}
+
+func (l *namedLock) Token() uint64 { return 0 }
+
+func (l *namedLock) Refresh(context.Context, time.Duration) error { return errors.ErrUnsupported }
+
+func (l *namedLock) Unlock(ctx context.Context) error {
+	var freed sql.NullInt64
+	err := l.conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", l.key).Scan(&freed)
+	switch {
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn):
+		_ = l.conn.Close()
+		return fmt.Errorf("%w: the connection that held it is gone: %w", dlock.ErrNotHeld, err)
+	case err != nil:
+		return err // the connection stays with the lease: Release may be retried
+	}
+	_ = l.conn.Close()
+	if freed.Int64 != 1 { // 0: another connection holds it; NULL: nobody does
+		return fmt.Errorf("%w: RELEASE_LOCK returned %v", dlock.ErrNotHeld, freed)
+	}
 	return nil
 }

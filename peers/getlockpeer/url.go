@@ -3,6 +3,7 @@ package getlockpeer
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/url"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/peers/internal/peerurl"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme this package registers with dlock.Open:
@@ -18,30 +20,56 @@ import (
 const Scheme = "peer+getlock"
 
 func init() {
-	dlock.Register(Scheme, func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		if err := dlock.CheckQuery(u); err != nil {
-			return nil, err
-		}
-		hosts, err := peerurl.Hosts(u)
-		if err != nil {
-			return nil, err
-		}
-		if len(hosts) != 1 {
-			return nil, peerurl.OneHost(u)
-		}
-		cfg := mysql.NewConfig()
-		cfg.Net, cfg.Addr = "tcp", hosts[0]
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
-		cfg.DBName = strings.Trim(u.Path, "/")
-		connector, err := mysql.NewConnector(cfg)
-		if err != nil {
-			return nil, err
-		}
-		db := sql.OpenDB(connector)
-		if err := peerurl.Ping(ctx, Scheme, db.PingContext, db.Close); err != nil {
-			return nil, err
-		}
-		return peerurl.Owning(New(db), db.Close), nil
-	})
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+}
+
+// parseURL returns the driver configuration of u.
+func parseURL(u *url.URL) (*mysql.Config, error) {
+	if _, err := dlock.ParseQuery(u); err != nil {
+		return nil, err
+	}
+	hosts, err := peerurl.Hosts(u)
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) != 1 {
+		return nil, peerurl.OneHost(u)
+	}
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr = "tcp", hosts[0]
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.DBName = strings.Trim(u.Path, "/")
+	return cfg, nil
+}
+
+func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
+	}
+	db := sql.OpenDB(connector)
+	if err := peerurl.Ping(ctx, Scheme, db.PingContext, db.Close); err != nil {
+		return nil, err
+	}
+	return peerurl.Owning(New(db), db.Close), nil
+}
+
+// declare: locks as long as the connection, no fencing, a name's waiters queued by
+// the server (FIFO). A cut connection frees its lock at once with its client told
+// nothing (DoneAndErr, DeadlockFreedom); names end at the first NUL and are limited
+// to 64 characters (KeyIsolation, InputValidation). A paused holder's connection
+// stays open (within wait_timeout), so its lock is never granted to another while it
+// sleeps: the pauses hold, the lock unavailable instead.
+func declare(u *url.URL) (spec.Capabilities, error) {
+	if _, err := parseURL(u); err != nil {
+		return spec.Capabilities{}, err
+	}
+	return spec.Capabilities{FIFO: true, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
+		HarnessOnly:   []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.HolderPause: spec.Held, spec.HolderPauseFenced: spec.Held}}, nil
 }

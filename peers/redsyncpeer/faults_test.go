@@ -32,5 +32,5 @@ func (h faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conforma
 // (no fencing), and a blackholed holder's lease ends at redsync's Until() before the
 // key expires on the server.
 func TestFaults(t *testing.T) {
-	conformance.RunFaults(t, "peer redsync (1 master)", faultHarness{harness{[]*servers.Redis{servertest.Redis(t)}}}, nil)
+	conformance.RunFaults(t, faultHarness{harness{[]*servers.Redis{servertest.Redis(t)}}})
 }

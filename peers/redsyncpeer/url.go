@@ -1,12 +1,11 @@
 package redsyncpeer
 
 import (
-	"context"
-	"net/url"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/peers/internal/peerredis"
-	"github.com/dlock-go/dlock/peers/internal/peerurl"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme this package registers with dlock.Open:
@@ -15,15 +14,9 @@ import (
 // unless all answer; the Locker's Close closes the clients it made.
 const Scheme = "peer+redsync"
 
+// The declaration: owner-checked release and refresh by a random value; no fencing.
+// redsync's own timing (drift, retry delay) wants TTLs from MinTTL.
 func init() {
-	dlock.Register(Scheme, func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		if err := dlock.CheckQuery(u); err != nil {
-			return nil, err
-		}
-		clients, closeAll, err := peerredis.Clients(ctx, u, 0)
-		if err != nil {
-			return nil, err
-		}
-		return peerurl.Owning(New(clients), closeAll), nil
-	})
+	peerredis.Register(Scheme, 0, func(c []redis.UniversalClient) dlock.Locker { return New(c) },
+		spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL})
 }

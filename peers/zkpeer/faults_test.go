@@ -31,5 +31,5 @@ func (h faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conforma
 // the lock to another (peer+zk declares Partition violated: the DeadlockFreedom
 // weakness seen under a blackhole rather than a cut).
 func TestFaults(t *testing.T) {
-	conformance.RunFaults(t, "peer zk.Lock", faultHarness{newHarness(t)}, nil)
+	conformance.RunFaults(t, faultHarness{newHarness(t)})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/peers/internal/peerurl"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme this package registers with dlock.Open:
@@ -17,24 +18,52 @@ import (
 const Scheme = "peer+zk"
 
 func init() {
-	dlock.Register(Scheme, func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		if err := dlock.CheckQuery(u, "session_timeout"); err != nil {
-			return nil, err
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+}
+
+// parseURL returns the hosts, session timeout and options of u.
+func parseURL(u *url.URL) ([]string, time.Duration, []Option, error) {
+	q, err := dlock.ParseQuery(u, "session_timeout")
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	hosts, err := peerurl.Hosts(u)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	timeout := DefaultSessionTimeout
+	if s, ok := q["session_timeout"]; ok {
+		if timeout, err = time.ParseDuration(s); err != nil || timeout <= 0 {
+			return nil, 0, nil, fmt.Errorf("%w: session_timeout=%q: want a positive Go duration such as 10s", dlock.ErrInvalidURL, s)
 		}
-		hosts, err := peerurl.Hosts(u)
-		if err != nil {
-			return nil, err
-		}
-		timeout := 10 * time.Second
-		if s := u.Query().Get("session_timeout"); s != "" {
-			if timeout, err = time.ParseDuration(s); err != nil || timeout <= 0 {
-				return nil, fmt.Errorf("%w: session_timeout=%q: want a positive Go duration such as 10s", dlock.ErrInvalidURL, s)
-			}
-		}
-		var opts []Option
-		if u.Path != "" && u.Path != "/" {
-			opts = append(opts, WithRoot(u.Path))
-		}
-		return Connect(hosts, timeout, opts...)
-	})
+	}
+	var opts []Option
+	if u.Path != "" && u.Path != "/" {
+		opts = append(opts, WithRoot(u.Path))
+	}
+	return hosts, timeout, opts, nil
+}
+
+func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+	hosts, timeout, opts, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return Connect(hosts, timeout, opts...)
+}
+
+// declare: locks as long as the session, no fencing. A lost session is not reported
+// to the holder (DoneAndErr, DeadlockFreedom), a cancelled wait stays queued
+// (Cancellation), and keys are paths taken as given (KeyIsolation,
+// InputValidation). A cut-off holder hears of its session's expiry only on
+// reconnecting, after the server gave the lock away (Partition).
+func declare(u *url.URL) (spec.Capabilities, error) {
+	_, timeout, _, err := parseURL(u)
+	if err != nil {
+		return spec.Capabilities{}, err
+	}
+	return spec.Capabilities{SessionTimeout: timeout, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.Cancellation,
+		spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
+		HarnessOnly:   []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.Partition: spec.Violated}}, nil
 }

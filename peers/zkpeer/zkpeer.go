@@ -2,6 +2,8 @@
 // so that the conformance suite, the fault scenarios and the benchmarks run on it
 // beside dlock's own backends.
 //
+// The library is driven as a dlock driver (package driver) and runs under dlock.New
+// like every backend, so its leases are dlock's own (Done/Err, Observer events).
 // A Locker is one ZooKeeper session (Connect). Each Acquire makes
 // zk.NewLock(conn, root+"/"+key, acl) and calls its Lock: an ephemeral sequential node
 // under the lock's path, then a watch on the node just before it until it is the
@@ -37,7 +39,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/peers/internal/peerlease"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Name is the peer's name in errors.
@@ -45,6 +47,9 @@ const Name = "zk.Lock"
 
 // DefaultRoot is the path the lock paths are under when Connect has no WithRoot.
 const DefaultRoot = "/locks"
+
+// DefaultSessionTimeout is the session timeout a peer+zk:// URL asks for by default.
+const DefaultSessionTimeout = 10 * time.Second
 
 // Option configures Connect.
 type Option func(*config)
@@ -68,113 +73,136 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (dl
 	for _, o := range opts {
 		o(&c)
 	}
-	l := &locker{root: c.root, acl: c.acl, set: peerlease.NewSet(Name)}
-	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(quiet{}), zk.WithEventCallback(l.event))
+	d := &zkDriver{root: c.root, acl: c.acl, session: newSession()}
+	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(quiet{}), zk.WithEventCallback(d.event))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: %s: connect: %w", Name, err)
 	}
-	l.conn = conn
-	return l, nil
+	d.conn = conn
+	return dlock.New(d, driver.Info{Name: Name, SessionTTL: true}), nil
 }
 
+// quiet drops go-zookeeper's log lines (every reconnect attempt is logged).
 type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
 
-type locker struct {
+type zkDriver struct {
 	conn *zk.Conn
 	root string
 	acl  []zk.ACL
-	set  *peerlease.Set
 
 	mu      sync.Mutex
+	session *session // the current session: its locks are lost together
 	closing bool
 	wg      sync.WaitGroup // Lock calls still running
 }
 
-// spawn runs f in a goroutine that Close waits for; false once Close has begun.
-func (l *locker) spawn(f func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closing {
+var _ driver.Waiter = (*zkDriver)(nil)
+
+// session is one ZooKeeper session as the library reports it: lost is closed when
+// the library reports it expired.
+type session struct{ lost chan struct{} }
+
+func newSession() *session { return &session{lost: make(chan struct{})} }
+
+// spawn runs f in a goroutine that Close waits for, unless Close has begun.
+func (d *zkDriver) spawn(f func()) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closing {
 		return false
 	}
-	l.wg.Go(f)
+	d.wg.Go(f)
 	return true
 }
 
-func (l *locker) event(ev zk.Event) {
+// event ends the locks of a session the library reports expired; the library then
+// makes a new session.
+func (d *zkDriver) event(ev zk.Event) {
 	if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
-		l.set.Lose(zk.ErrSessionExpired)
+		d.mu.Lock()
+		close(d.session.lost)
+		d.session = newSession()
+		d.mu.Unlock()
 	}
 }
 
-func (l *locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
-	return l.lock(ctx, key, opts, true)
+func (d *zkDriver) current() *session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.session
 }
 
-func (l *locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
-	return l.lock(ctx, key, opts, false)
-}
-
-func (l *locker) lock(ctx context.Context, key string, opts []dlock.Option, wait bool) (dlock.Lease, error) {
-	o, err := l.set.Begin(key, opts)
-	if err != nil {
+// TryLock lists the lock's children: busy if any node is queued, else it calls Lock
+// (which may still wait, bounded by ctx, if another client queued in between).
+func (d *zkDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	queued, _, err := d.conn.Children(d.root + "/" + key)
+	switch {
+	case err == nil && len(queued) > 0:
+		return nil, driver.Busy(0)
+	case err != nil && !errors.Is(err, zk.ErrNoNode):
 		return nil, err
 	}
-	path := l.root + "/" + key
-	if !wait {
-		queued, _, err := l.conn.Children(path)
-		switch {
-		case err == nil && len(queued) > 0:
-			return nil, l.set.NotAcquired(ctx, key, nil)
-		case err != nil && !errors.Is(err, zk.ErrNoNode):
-			return nil, l.set.Failed(key, err)
-		}
-	}
-	zl := zk.NewLock(l.conn, path, l.acl)
+	return d.Lock(ctx, key, ttl)
+}
+
+// Lock calls zk.Lock.Lock in the background: it takes no context. When ctx ends
+// first, the call goes on and releases the lock once it gets it.
+func (d *zkDriver) Lock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
+	s := d.current()
+	zl := zk.NewLock(d.conn, d.root+"/"+key, d.acl)
 	result := make(chan error, 1)
-	if !l.spawn(func() { result <- zl.Lock() }) {
+	if !d.spawn(func() { result <- zl.Lock() }) {
 		return nil, dlock.ErrClosed
 	}
 	select {
-	case err = <-result:
+	case err := <-result:
+		if err != nil {
+			return nil, err
+		}
+		return &zkLock{zl: zl, s: s}, nil
 	case <-ctx.Done():
-		// Once Close has begun nobody waits: closing the session frees the lock.
-		l.spawn(func() {
+		d.spawn(func() {
 			if <-result == nil {
 				_ = zl.Unlock()
 			}
 		})
-		return nil, l.set.NotAcquired(ctx, key, nil)
+		return nil, ctx.Err()
 	}
-	if err != nil {
-		if l.set.Closed() {
-			return nil, dlock.ErrClosed
-		}
-		return nil, l.set.Failed(key, err)
-	}
-	return l.set.Grant(key, 0, time.Time{}, o, peerlease.Hooks{
-		Release: func(context.Context) error {
-			err := zl.Unlock()
-			if errors.Is(err, zk.ErrNotLocked) || errors.Is(err, zk.ErrNoNode) {
-				return fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
-			}
-			return err
-		},
-	})
 }
 
-// Close releases the leases still held, ends them with dlock.ErrClosed, closes the
-// session and waits for abandoned Lock calls to return. Idempotent.
-func (l *locker) Close() error {
-	if !l.set.Close() {
-		return nil
-	}
-	l.mu.Lock()
-	l.closing = true
-	l.mu.Unlock()
-	l.conn.Close()
-	l.wg.Wait()
+// Close closes the connection (ending the session) and waits for the Lock calls
+// still running, which the closed connection ends.
+func (d *zkDriver) Close() error {
+	d.mu.Lock()
+	d.closing = true
+	d.mu.Unlock()
+	d.conn.Close()
+	d.wg.Wait()
 	return nil
 }
+
+// zkLock is one zk.Lock held; it lasts as long as the session.
+type zkLock struct {
+	zl *zk.Lock
+	s  *session
+}
+
+func (k *zkLock) Token() uint64 { return 0 }
+
+func (k *zkLock) Refresh(context.Context, time.Duration) error { return errors.ErrUnsupported }
+
+func (k *zkLock) Unlock(context.Context) error {
+	err := k.zl.Unlock()
+	if errors.Is(err, zk.ErrNotLocked) || errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
+	}
+	return err
+}
+
+// Lost is closed when the library reports the session expired.
+func (k *zkLock) Lost() <-chan struct{} { return k.s.lost }
+
+// Cause says why Lost closed.
+func (k *zkLock) Cause() error { return zk.ErrSessionExpired }

@@ -9,22 +9,35 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/spec"
+
 	"github.com/dlock-go/dlock/peers/internal/peerurl"
 )
+
+// Parse checks a redis-style URL, scheme://[user:password@]h1:port[,h2:port,…][/db]
+// without query parameters, and returns its hosts and database number. max > 0
+// limits the number of hosts.
+func Parse(u *url.URL, max int) (hosts []string, db int, err error) {
+	if _, err := dlock.ParseQuery(u); err != nil {
+		return nil, 0, err
+	}
+	if hosts, err = peerurl.Hosts(u); err != nil {
+		return nil, 0, err
+	}
+	if max > 0 && len(hosts) > max {
+		return nil, 0, peerurl.OneHost(u)
+	}
+	db, err = peerurl.RedisDB(u)
+	return hosts, db, err
+}
 
 // Clients makes one client per host of a redis-style URL,
 // scheme://[user:password@]h1:port[,h2:port,…][/db], pings them all (failing unless
 // all answer) and returns them with a function that closes them. max > 0 limits the
 // number of hosts.
 func Clients(ctx context.Context, u *url.URL, max int) ([]redis.UniversalClient, func() error, error) {
-	hosts, err := peerurl.Hosts(u)
-	if err != nil {
-		return nil, nil, err
-	}
-	if max > 0 && len(hosts) > max {
-		return nil, nil, peerurl.OneHost(u)
-	}
-	db, err := peerurl.RedisDB(u)
+	hosts, db, err := Parse(u, max)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,4 +64,26 @@ func Clients(ctx context.Context, u *url.URL, max int) ([]redis.UniversalClient,
 		return nil, nil, err
 	}
 	return clients, closeAll, nil
+}
+
+// Register registers the URL scheme of a Redis peer: its opener makes one client per
+// host (at most max, if max > 0), pings them, and returns newLocker's Locker, which
+// closes the clients on Close; its declaration is caps for every URL Parse accepts.
+func Register(scheme string, max int, newLocker func([]redis.UniversalClient) dlock.Locker, caps spec.Capabilities) {
+	dlock.Register(dlock.Scheme{
+		Name: scheme,
+		Open: func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+			clients, closeAll, err := Clients(ctx, u, max)
+			if err != nil {
+				return nil, err
+			}
+			return peerurl.Owning(newLocker(clients), closeAll), nil
+		},
+		Declare: func(u *url.URL) (spec.Capabilities, error) {
+			if _, _, err := Parse(u, max); err != nil {
+				return spec.Capabilities{}, err
+			}
+			return caps, nil
+		},
+	})
 }

@@ -1,0 +1,279 @@
+package memlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Store is one lock space. Lockers on the same Store exclude each other; Lockers on
+// different Stores never do. The zero value is not usable; call NewStore.
+//
+// Waiting Acquires queue per key and are granted the lock in arrival order: a
+// release (or the holder's expiry, or Delete) hands it straight to the first
+// waiter, so a client that releases and asks again goes behind those waiting, and
+// TryAcquire fails while anyone waits.
+type Store struct {
+	mu      sync.Mutex
+	locks   map[string]*entry
+	queues  map[string][]*waiter                  // per key, in arrival order
+	pollers map[string]map[chan struct{}]struct{} // Acquires with a retry strategy, woken when key frees
+	token   uint64                                // last token handed out; one counter for all keys keeps each key's tokens increasing
+}
+
+type entry struct {
+	owner   *memLock
+	expires time.Time // monotonic
+}
+
+// waiter is one queued Acquire.
+type waiter struct {
+	ttl     time.Duration
+	granted chan *memLock // receives the lock handed over; buffered
+}
+
+// NewStore returns an empty lock space.
+func NewStore() *Store {
+	return &Store{locks: map[string]*entry{}, queues: map[string][]*waiter{}, pollers: map[string]map[chan struct{}]struct{}{}}
+}
+
+// Delete removes key's lock whoever holds it, as an operator deleting a lock by hand
+// would (the first waiter, if any, gets it). Its holder finds out at its next
+// refresh or release (ErrNotHeld) and an auto-renewed lease ends with ErrLost. It
+// reports whether a live lock was removed.
+func (s *Store) Delete(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.locks[key]
+	if !ok {
+		return false
+	}
+	now := time.Now()
+	s.free(key, now)
+	return now.Before(e.expires)
+}
+
+// Waiting reports how many Acquires are queued for key.
+func (s *Store) Waiting(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queues[key])
+}
+
+// held returns key's live lock, if any; the caller holds s.mu.
+func (s *Store) held(key string, now time.Time) (*entry, bool) {
+	e, ok := s.locks[key]
+	return e, ok && now.Before(e.expires)
+}
+
+// grant gives key to a new owner for ttl from now; the caller holds s.mu.
+func (s *Store) grant(key string, ttl time.Duration, now time.Time) *memLock {
+	s.token++
+	lk := &memLock{s: s, key: key, token: s.token, validFrom: now}
+	s.locks[key] = &entry{owner: lk, expires: now.Add(ttl)}
+	return lk
+}
+
+// free ends key's current lock: the first waiter gets key, else it is deleted. It
+// reports whether a waiter got it; the caller holds s.mu.
+func (s *Store) free(key string, now time.Time) bool {
+	q := s.queues[key]
+	if len(q) == 0 {
+		delete(s.locks, key)
+		for ch := range s.pollers[key] { // free: wake the Acquires that retry
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		return false
+	}
+	w := q[0]
+	s.dequeue(key, w)
+	w.granted <- s.grant(key, w.ttl, now)
+	return true
+}
+
+// dequeue takes w out of key's queue; the caller holds s.mu.
+func (s *Store) dequeue(key string, w *waiter) {
+	q := s.queues[key]
+	for i, x := range q {
+		if x == w {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(s.queues, key)
+	} else {
+		s.queues[key] = q
+	}
+}
+
+type memDriver struct{ s *Store }
+
+var (
+	_ driver.Waiter   = (*memDriver)(nil)
+	_ driver.Notifier = (*memDriver)(nil)
+)
+
+// Subscribe wakes an Acquire that retries with a strategy (WithRetry) when key frees.
+func (d *memDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	ch := make(chan struct{}, 1)
+	s := d.s
+	s.mu.Lock()
+	if s.pollers[key] == nil {
+		s.pollers[key] = map[chan struct{}]struct{}{}
+	}
+	s.pollers[key][ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.pollers[key], ch)
+		if len(s.pollers[key]) == 0 {
+			delete(s.pollers, key)
+		}
+		s.mu.Unlock()
+	}, nil
+}
+
+// TryLock takes key if it is free and nobody waits for it.
+func (d *memDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	return d.s.try(key, ttl, time.Now())
+}
+
+// try grants key if it is free and nobody waits for it; the caller holds s.mu.
+func (s *Store) try(key string, ttl time.Duration, now time.Time) (*memLock, error) {
+	if e, ok := s.held(key, now); ok {
+		return nil, driver.Busy(e.expires.Sub(now))
+	}
+	if _, ok := s.locks[key]; ok && s.free(key, now) { // expired: the first waiter's turn
+		return nil, driver.Busy(0)
+	}
+	if len(s.queues[key]) > 0 {
+		return nil, driver.Busy(0)
+	}
+	return s.grant(key, ttl, now), nil
+}
+
+// Lock takes key, queueing behind earlier waiters, until ctx ends (dlock cancels it
+// when the Locker closes). A holder that neither releases nor refreshes loses key at its expiry,
+// which the waiters watch for.
+func (d *memDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := d.s
+	now := time.Now()
+	s.mu.Lock()
+	lk, err := s.try(key, ttl, now)
+	if err == nil {
+		s.mu.Unlock()
+		return lk, nil
+	}
+	w := &waiter{ttl: ttl, granted: make(chan *memLock, 1)}
+	s.queues[key] = append(s.queues[key], w)
+	wake := time.Duration(0)
+	if e, ok := s.held(key, now); ok {
+		wake = e.expires.Sub(now)
+	}
+	s.mu.Unlock()
+	expiry := time.NewTimer(wake)
+	defer expiry.Stop()
+	for {
+		select {
+		case lk := <-w.granted:
+			return lk, nil
+		case <-expiry.C:
+			// The holder may have expired without releasing: hand key on (to the
+			// first waiter, maybe us), or wait until it would expire.
+			now := time.Now()
+			s.mu.Lock()
+			if e, ok := s.held(key, now); ok {
+				expiry.Reset(e.expires.Sub(now))
+			} else if _, ok := s.locks[key]; ok && len(w.granted) == 0 {
+				s.free(key, now)
+			}
+			s.mu.Unlock()
+		case <-ctx.Done():
+			return nil, d.leave(key, w, ctx.Err())
+		}
+	}
+}
+
+// leave takes w out of key's queue, handing on a lock given to it meanwhile, and
+// returns err.
+func (d *memDriver) leave(key string, w *waiter, err error) error {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case lk := <-w.granted:
+		if e, ok := s.locks[key]; ok && e.owner == lk {
+			s.free(key, time.Now())
+		}
+	default:
+		s.dequeue(key, w)
+	}
+	return err
+}
+
+// Close has nothing to release: the Store outlives its Lockers.
+func (d *memDriver) Close() error { return nil }
+
+// memLock is one grant; its identity is the owner value.
+type memLock struct {
+	s         *Store
+	key       string
+	token     uint64
+	validFrom time.Time // when the store set its TTL: later than the request for a queued waiter
+}
+
+func (l *memLock) Token() uint64 { return l.token }
+
+// ValidFrom is when the store started the lock's TTL (driver.ValidFrom).
+func (l *memLock) ValidFrom() time.Time { return l.validFrom }
+
+// own returns key's entry if it is still this grant's and not expired; the caller
+// holds s.mu.
+func (l *memLock) own(now time.Time) (*entry, error) {
+	e, ok := l.s.locks[l.key]
+	if !ok || e.owner != l || !now.Before(e.expires) {
+		return nil, dlock.ErrNotHeld
+	}
+	return e, nil
+}
+
+func (l *memLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	now := time.Now()
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	e, err := l.own(now)
+	if err != nil {
+		return err
+	}
+	e.expires = now.Add(ttl)
+	return nil
+}
+
+func (l *memLock) Unlock(ctx context.Context) error {
+	now := time.Now()
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if _, err := l.own(now); err != nil {
+		if e, ok := l.s.locks[l.key]; ok && e.owner == l { // ours but expired: hand it on
+			l.s.free(l.key, now)
+		}
+		return err
+	}
+	l.s.free(l.key, now)
+	return nil
+}

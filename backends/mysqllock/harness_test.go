@@ -1,0 +1,227 @@
+package mysqllock_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/mysqllock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
+)
+
+func TestMain(m *testing.M) {
+	conformance.ChildMain()
+	// The driver logs broken connections; the tests break them on purpose.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	code := m.Run()
+	os.Exit(servertest.Finish(code))
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openDB opens a pool for dsn, closed when t ends, with its configuration changed
+// by edit (nil: as is).
+func openDB(t testing.TB, dsn string, edit func(*mysql.Config)) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// tableHarness gives the suite unique-index clients, each with its own pool, on one
+// fresh database.
+type tableHarness struct {
+	dsn   string
+	admin *sql.DB
+}
+
+func newTableHarness(t *testing.T) *tableHarness {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin); err != nil {
+		t.Fatal(err)
+	}
+	return &tableHarness{dsn: dsn, admin: admin}
+}
+
+func (h *tableHarness) NewLocker(t testing.TB) dlock.Locker {
+	return mysqllock.New(openDB(t, h.dsn, nil))
+}
+
+func (h *tableHarness) Capabilities() spec.Capabilities {
+	return conformance.MustDeclare(dsnURL(h.dsn, mysqllock.Scheme, ""))
+}
+
+func (h *tableHarness) Name() string { return "mysql" }
+
+// dsnURL turns a go-sql-driver DSN into a URL of scheme with query q (no password:
+// the test servers have none).
+func dsnURL(dsn, scheme, q string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		panic(err)
+	}
+	u := fmt.Sprintf("%s://%s@%s/%s", scheme, cfg.User, cfg.Addr, cfg.DBName)
+	if q != "" {
+		u += "?" + q
+	}
+	return u
+}
+
+// DeleteKey frees key's live lock behind its holder's back, as an operator should:
+// the row (and so the key's token counter) stays.
+func (h *tableHarness) DeleteKey(t testing.TB, key string) {
+	res, err := h.admin.ExecContext(ctxFor(t, 10*time.Second),
+		"UPDATE dlock_locks SET expires_at = '1000-01-01' WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6)", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("DeleteKey(%q): no live lock to delete", key)
+	}
+}
+
+// getLockHarness gives the suite GET_LOCK clients, each with its own pool behind its
+// own TCP proxy (so that one client can vanish), with a short wait_timeout.
+type getLockHarness struct {
+	server *servers.MySQL
+	dsn    string
+	admin  *sql.DB
+
+	mu      sync.Mutex
+	proxies map[dlock.Locker]*servers.Proxy
+}
+
+// sessionTimeout is the wait_timeout the GET_LOCK harness sets on its connections.
+const sessionTimeout = 2 * time.Second
+
+func newGetLockHarness(t *testing.T) *getLockHarness {
+	m := servertest.MySQL(t)
+	dsn := servertest.NewDatabase(t, m)
+	admin := openDB(t, dsn, nil)
+	// Open the admin connection now, before the suite's goroutine snapshot.
+	if err := admin.PingContext(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return &getLockHarness{server: m, dsn: dsn, admin: admin, proxies: map[dlock.Locker]*servers.Proxy{}}
+}
+
+func (h *getLockHarness) NewLocker(t testing.TB) dlock.Locker {
+	p := servertest.Proxy(t, h.server.Addr())
+	db := openDB(t, h.dsn, func(c *mysql.Config) {
+		c.Addr = p.Addr()
+		c.Params = map[string]string{"wait_timeout": fmt.Sprint(int(sessionTimeout.Seconds()))}
+	})
+	l := mysqllock.NewGetLock(db)
+	h.mu.Lock()
+	h.proxies[l] = p
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		delete(h.proxies, l)
+		h.mu.Unlock()
+	})
+	return l
+}
+
+func (h *getLockHarness) Capabilities() spec.Capabilities {
+	return conformance.MustDeclare(dsnURL(h.dsn, mysqllock.GetLockScheme, fmt.Sprintf("wait_timeout=%d", sessionTimeout/time.Second)))
+}
+
+func (h *getLockHarness) Name() string { return "mysql+getlock" }
+
+var _ conformance.QueueInspector = (*getLockHarness)(nil) // mysql+getlock declares FIFO
+
+// Waiting counts the connections waiting in GET_LOCK for key's name.
+func (h *getLockHarness) Waiting(t testing.TB, key string) int {
+	var n int
+	err := h.admin.QueryRowContext(ctxFor(t, 10*time.Second),
+		"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
+		"%GET_LOCK('"+mysqllock.GetLockName(key)+"'%").Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Vanish cuts l off the network without closing anything, as a host that died or a
+// partition would: the server keeps its session (and its locks) until wait_timeout.
+func (h *getLockHarness) Vanish(t testing.TB, l dlock.Locker) {
+	h.mu.Lock()
+	p := h.proxies[l]
+	h.mu.Unlock()
+	if p == nil {
+		t.Fatal("Vanish: not a client of this harness")
+	}
+	p.Blackhole()
+}
+
+// DeleteKey kills the connection that holds key's lock, from another session.
+func (h *getLockHarness) DeleteKey(t testing.TB, key string) {
+	killHolder(t, h.admin, key)
+}
+
+// killHolder kills the connection whose session holds key's GET_LOCK lock.
+func killHolder(t testing.TB, admin *sql.DB, key string) {
+	t.Helper()
+	ctx := ctxFor(t, 10*time.Second)
+	var id sql.NullInt64
+	if err := admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqllock.GetLockName(key)).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if !id.Valid {
+		t.Fatalf("no session holds %q", key)
+	}
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id.Int64)); err != nil {
+		t.Fatal(err)
+	}
+	// KILL returns before the killed session has ended: wait, in the server, until
+	// the lock is free (take it and give it back).
+	conn, err := admin.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", mysqllock.GetLockName(key)).Scan(&got); err != nil || got.Int64 != 1 {
+		t.Fatalf("waiting for the killed session to free %q: %v %v", key, got, err)
+	}
+	if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", mysqllock.GetLockName(key)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newTableHarness(t))
+}
+
+func TestConformanceGetLock(t *testing.T) {
+	conformance.Run(t, newGetLockHarness(t))
+}

@@ -1,0 +1,309 @@
+package mysqllock
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// quoteIdent quotes a MySQL identifier.
+func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
+
+// The table: a key's row is kept when its lock is released (its expiry becomes
+// freeAt) so that its token keeps counting up. Keys are bytes, compared exactly. Every
+// other column has a fixed size, so that InnoDB updates rows in place.
+const createTable = `CREATE TABLE IF NOT EXISTS %s (
+  lock_key   VARBINARY(255) NOT NULL,
+  owner      BINARY(16) NOT NULL,
+  token      BIGINT UNSIGNED NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (lock_key)
+) ENGINE=InnoDB`
+
+// freeAt is the expiry of a released lock: the smallest DATETIME, in the past
+// whatever the server's clock says.
+const freeAt = "'1000-01-01 00:00:00'"
+
+// busyFlag marks the LAST_INSERT_ID of an attempt that found the lock held: the
+// low bits are then the holder's remaining time in microseconds. Tokens stay below it
+// (2^62 grants of one key).
+const busyFlag = 1 << 62
+
+// acquireSQL takes a lock in one statement. A missing row is inserted with token 1.
+// An existing row is taken over only if it is free (released, or expired by the
+// server's clock); its token then goes up by one. The assignments run left to right:
+// token and owner test the old expiry, expires_at tests the new owner. The result
+// comes back in LAST_INSERT_ID (the insert id of the OK packet): the new token, or
+// busyFlag plus the holder's remaining microseconds. Affected-row counts are not
+// used: they depend on the client's CLIENT_FOUND_ROWS flag.
+//
+// Arguments: key, owner, ttl µs, owner, owner, ttl µs.
+const acquireSQL = `INSERT INTO %s (lock_key, owner, token, expires_at)
+VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+  token = IF(expires_at <= UTC_TIMESTAMP(6),
+             LAST_INSERT_ID(token + 1),
+             token + LEAST(0, LAST_INSERT_ID(%d + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)))),
+  owner = IF(expires_at <= UTC_TIMESTAMP(6), ?, owner),
+  expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
+
+// takeSQL takes over the key's existing row if it is free, in one statement: the
+// fast path for a key this client has seen free before (it is cheaper for the server
+// than acquireSQL's insert attempt). One affected row means taken; LAST_INSERT_ID is
+// then the new token. Arguments: owner, ttl µs, key.
+const takeSQL = `UPDATE %s SET token = LAST_INSERT_ID(token + 1), owner = ?,
+  expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND expires_at <= UTC_TIMESTAMP(6)`
+
+// releaseSQL frees the lock if it is still ours and not expired. Arguments: key, owner.
+const releaseSQL = `UPDATE %s SET expires_at = ` + freeAt + `
+WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// tidySQL frees the lock if it is still ours, expired or not: the clean-up after a
+// failed release or an interrupted acquire. Arguments: key, owner.
+const tidySQL = `UPDATE %s SET expires_at = ` + freeAt + ` WHERE lock_key = ? AND owner = ?`
+
+// refreshSQL extends the lock if it is still ours and not expired.
+// Arguments: ttl µs, key, owner.
+const refreshSQL = `UPDATE %s SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// tableDriver is the unique-index lock.
+type tableDriver struct {
+	db  *sql.DB
+	cfg config
+
+	mu       sync.Mutex // guards the fields below
+	prepared *statements
+	closed   bool
+	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
+	// free holds keys whose row this client last saw free or took: their next
+	// attempt tries takeSQL first. A hint only: a wrong one costs a round trip.
+	free map[string]struct{}
+}
+
+// maxHints bounds tableDriver.free; past it the hints start over.
+const maxHints = 4096
+
+type statements struct{ acquire, take, release, tidy, refresh *sql.Stmt }
+
+// stmts prepares the statements on first use (the table may not exist before);
+// a failure is returned and tried again next time.
+func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, dlock.ErrClosed
+	}
+	if d.prepared != nil {
+		return d.prepared, nil
+	}
+	if d.cfg.migrate {
+		if err := Migrate(ctx, d.db, WithTable(d.cfg.table)); err != nil {
+			return nil, err
+		}
+	}
+	t := quoteIdent(d.cfg.table)
+	var s statements
+	var err error
+	prep := func(dst **sql.Stmt, query string) {
+		if err == nil {
+			*dst, err = d.db.PrepareContext(ctx, query)
+		}
+	}
+	prep(&s.acquire, fmt.Sprintf(acquireSQL, t, busyFlag))
+	prep(&s.take, fmt.Sprintf(takeSQL, t))
+	prep(&s.release, fmt.Sprintf(releaseSQL, t))
+	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
+	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+	}
+	d.prepared = &s
+	return &s, nil
+}
+
+func (s *statements) close() {
+	for _, st := range []*sql.Stmt{s.acquire, s.take, s.release, s.tidy, s.refresh} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+// erLockDeadlock is MySQL's ER_LOCK_DEADLOCK: InnoDB rolled the statement back
+// because another one on the same row went first.
+const erLockDeadlock = 1213
+
+func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	s, err := d.stmts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lk := &tableLock{d: d, s: s, key: []byte(key)}
+	if _, err := rand.Read(lk.owner[:]); err != nil {
+		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
+	}
+	us := micros(ttl)
+	if d.hinted(key) {
+		res, err := s.take.ExecContext(ctx, lk.owner[:], us, lk.key)
+		if ok, err := affected(res, err); err != nil || ok {
+			return lk.granted(ctx, res, err)
+		}
+		// Held, or the row is gone: acquireSQL tells which.
+	}
+	res, err := s.acquire.ExecContext(ctx, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
+	if err == nil {
+		var id int64
+		if id, err = res.LastInsertId(); err == nil && id&busyFlag != 0 {
+			d.hint(key, false)
+			return nil, driver.Busy(time.Duration(id&^busyFlag) * time.Microsecond)
+		}
+	}
+	return lk.granted(ctx, res, err)
+}
+
+// granted finishes a statement that took the lock unless it failed: the token is
+// its LAST_INSERT_ID.
+func (l *tableLock) granted(ctx context.Context, res sql.Result, err error) (driver.Lock, error) {
+	var id int64
+	if err == nil {
+		id, err = res.LastInsertId()
+	}
+	if err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == erLockDeadlock {
+			return nil, driver.Busy(0)
+		}
+		if ctx.Err() != nil {
+			// The statement may have run on the server after the client gave up:
+			// free what it may have taken.
+			l.tidyUp()
+		}
+		return nil, fmt.Errorf("mysqllock: acquire: %w", err)
+	}
+	if id <= 0 || id&busyFlag != 0 {
+		l.tidyUp()
+		return nil, fmt.Errorf("mysqllock: acquire: the server returned token %d (is the statement's LAST_INSERT_ID reported?)", id)
+	}
+	l.token = uint64(id)
+	l.d.hint(string(l.key), true)
+	return l, nil
+}
+
+func (d *tableDriver) hinted(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.free[key]
+	return ok
+}
+
+// hint records whether key's row was last seen free (or taken by this client).
+func (d *tableDriver) hint(key string, free bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case !free:
+		delete(d.free, key)
+	case d.free == nil || len(d.free) >= maxHints:
+		d.free = map[string]struct{}{key: {}}
+	default:
+		d.free[key] = struct{}{}
+	}
+}
+
+func (d *tableDriver) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.tidying.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prepared != nil {
+		d.prepared.close()
+		d.prepared = nil
+	}
+	if d.cfg.ownDB {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// tableLock is one grant; the random owner value identifies it.
+type tableLock struct {
+	d     *tableDriver
+	s     *statements
+	key   []byte
+	owner [16]byte
+	token uint64
+}
+
+func (l *tableLock) Token() uint64 { return l.token }
+
+// affected runs an owner-checked statement and reports whether it changed the row.
+func affected(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner[:]))
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqllock: refresh: %w", err)
+	case !ok:
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+func (l *tableLock) Unlock(ctx context.Context) error {
+	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner[:]))
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqllock: release: %w", err)
+	case !ok:
+		// Not ours, or ours but expired: free it if it is still ours.
+		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+// tidyUp frees the lock if it is ours, in the background (the caller returns at
+// once, even on a stalled network), with a fresh short context, best effort. A lock
+// it misses (the interrupted statement reached the server after it) ends at its TTL.
+func (l *tableLock) tidyUp() {
+	d := l.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.tidying.Add(1)
+	go func() {
+		defer d.tidying.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
+		defer cancel()
+		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+	}()
+}
+
+// tidyTimeout bounds the clean-up after an interrupted request.
+const tidyTimeout = 2 * time.Second

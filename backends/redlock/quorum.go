@@ -1,0 +1,207 @@
+// The quorum engine: one request sent to every master in parallel, decided as soon
+// as a majority said yes or can no longer say it. Generic over what the request is
+// (acquire, refresh, release); lock.go says what each request does.
+
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// answer is one master's reply to one request.
+type answer int
+
+const (
+	yes    answer = iota + 1 // granted, refreshed, released
+	no                       // held by another owner / not ours
+	failed                   // no usable reply (error, timeout)
+)
+
+type vote struct {
+	node      int
+	answer    answer
+	remaining time.Duration // acquire, no: the holder's remaining TTL on that master
+	err       error         // failed: why
+	sent      bool          // the request went out (it may have had effects)
+}
+
+// errNodeTimeout replaces the context error of a request cut by the per-node timeout,
+// so that it is not mistaken for the end of the caller's ctx.
+type errNodeTimeout struct{ d time.Duration }
+
+func (e errNodeTimeout) Error() string {
+	return fmt.Sprintf("no answer within the per-node timeout %v", e.d)
+}
+
+// round is one request sent to every master in parallel.
+type round struct {
+	votes   []vote // in arrival order, up to the decision
+	won     bool   // a majority said yes
+	ctxErr  error  // the caller's ctx ended before the decision
+	settled chan struct{}
+	ended   []chan struct{} // per master: closed when its request has ended
+}
+
+// poll sends op to every master in parallel, each request bounded by timeout (a
+// master that has not answered by then votes "failed"), and returns as soon as the
+// outcome is known: a majority said yes, or more than N − quorum said no or failed,
+// or ctx ended. Requests still running go on in the background; round.settled is
+// closed when every one of them (and its then) ended. then, if not nil, runs in each
+// master's goroutine once that master's request has ended and the decision is known;
+// it gets the request's real outcome.
+func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool)) *round {
+	n := len(d.nodes)
+	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n)}
+	for i := range r.ended {
+		r.ended[i] = make(chan struct{})
+	}
+	votes := make(chan vote, n)
+	decided := make(chan struct{})
+	var left atomic.Int32
+	left.Store(int32(n))
+	d.inflight.Add(n)
+	for i := range d.nodes {
+		go func() {
+			defer d.inflight.Done()
+			var once sync.Once
+			report := func(v vote) {
+				once.Do(func() {
+					v.node = i
+					votes <- v
+				})
+			}
+			v := d.send(ctx, decided, i, timeout, op, report)
+			close(r.ended[i])
+			v.node = i
+			report(v)
+			if then != nil {
+				<-decided
+				then(v, r.won) // the real outcome, even if it came after the timeout
+			}
+			if left.Add(-1) == 0 {
+				close(r.settled)
+			}
+		}()
+	}
+	defer close(decided)
+	var ayes, nays int
+	for ayes < d.quorum && nays <= n-d.quorum {
+		select {
+		case v := <-votes:
+			r.votes = append(r.votes, v)
+			if v.answer == yes {
+				ayes++
+			} else {
+				nays++
+			}
+		case <-ctx.Done():
+			r.ctxErr = ctx.Err()
+			return r
+		}
+	}
+	r.won = ayes >= d.quorum
+	return r
+}
+
+// send runs op for master i once it has a slot, and returns its outcome. It gives
+// up without sending when ctx ends or the round is decided first. The per-node
+// timeout runs from the moment the request is sent: op's ctx ends then, and report
+// gets a timeout vote then even if op does not return (go-redis only obeys ctx
+// deadlines on the socket with Options.ContextTimeoutEnabled; otherwise it waits up
+// to its ReadTimeout).
+func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int, timeout time.Duration, op func(ctx context.Context, i int) vote, report func(vote)) vote {
+	slots := d.nodes[i].slots
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return vote{answer: failed, err: ctx.Err()}
+	case <-decided:
+		return vote{answer: failed, err: errNotSent}
+	}
+	defer func() { <-slots }()
+	nd := &d.nodes[i]
+	if !nd.contacted.Load() {
+		timeout = max(timeout, FirstContactTimeout)
+	}
+	timer := time.AfterFunc(timeout, func() { report(vote{answer: failed, err: errNodeTimeout{timeout}, sent: true}) })
+	defer timer.Stop()
+	nctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	v := op(nctx, i)
+	v.sent = true
+	nd.contacted.Store(true)
+	if v.answer == failed && nctx.Err() != nil && ctx.Err() == nil {
+		v.err = errNodeTimeout{timeout}
+	}
+	return v
+}
+
+// errNotSent is the vote of a master whose request was still waiting for a slot when
+// the round was decided.
+var errNotSent = errors.New("not sent: the outcome was known first")
+
+// count returns how many votes gave answer a.
+func (r *round) count(a answer) int {
+	c := 0
+	for _, v := range r.votes {
+		if v.answer == a {
+			c++
+		}
+	}
+	return c
+}
+
+// undecided is the error of a round that failed without a majority of clear
+// answers: it wraps dlock.ErrUnavailable and names the masters that failed.
+func (d *redlockDriver) undecided(r *round, what string) error {
+	var errs []error
+	for _, v := range r.votes {
+		if v.answer == failed {
+			errs = append(errs, fmt.Errorf("%s: %w", d.nodes[v.node].name, v.err))
+		}
+	}
+	return fmt.Errorf("%w: redlock: %s: %d of %d masters failed, %d refused, %d agreed; a majority of %d cannot be reached: %w",
+		dlock.ErrUnavailable, what, len(errs), len(d.nodes), r.count(no), r.count(yes), d.quorum, errors.Join(errs...))
+}
+
+// tooMany reports whether more than N − quorum masters gave answer a: a majority
+// can then not say anything else.
+func (d *redlockDriver) tooMany(r *round, a answer) bool {
+	return r.count(a) > len(d.nodes)-d.quorum
+}
+
+// TryLock is steps 1–4 of the algorithm (package doc).
+func voteOf(ok bool, err error) vote {
+	switch {
+	case err != nil:
+		return vote{answer: failed, err: err}
+	case ok:
+		return vote{answer: yes}
+	}
+	return vote{answer: no}
+}
+
+// waitAtMost waits until ch is closed or d has passed.
+func waitAtMost(ch <-chan struct{}, d time.Duration) {
+	select {
+	case <-ch:
+		return
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
+// Token is always 0: Redlock has no counter that every later grant is sure to exceed
+// (see the docs page).

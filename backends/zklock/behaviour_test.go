@@ -1,0 +1,566 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/zklock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+// uniqueKey returns a key no other test uses.
+func uniqueKey(t testing.TB) string {
+	return fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano())
+}
+
+// TestSessionExpiryLosesLock: a holder whose link is cut sees Done close with
+// ErrLost — before the ensemble expires its session, so before anyone else is
+// granted the lock — and another client then acquires it.
+func TestSessionExpiryLosesLock(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	const timeout = time.Second
+	h := newHarness(t, z.Addrs(), timeout)
+	k := uniqueKey(t)
+
+	t.Run("told the negotiated timeout", func(t *testing.T) {
+		a, ps := h.open(t)
+		b := h.NewLocker(t)
+		doneBeforeGrant, err := cutHolder(t, a, ps, b, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !doneBeforeGrant {
+			t.Error("the cut-off holder's Done was still open when another client was granted the lock")
+		}
+	})
+
+	// The negative control: a holder told a session timeout longer than the one its
+	// connection negotiated (the misuse WithSessionTimeout warns about) still
+	// believes it holds the lock when the next client is granted it. This is what
+	// the check above would catch if the holder kept its lease too long.
+	t.Run("told a longer timeout than negotiated", func(t *testing.T) {
+		p := servertest.Proxy(t, z.Addr())
+		conn := connect(t, []string{p.Addr()}, timeout)
+		a := zklock.New(conn, zklock.WithRoot(h.root), zklock.WithSessionTimeout(30*time.Second))
+		t.Cleanup(func() { a.Close() })
+		b := h.NewLocker(t)
+		doneBeforeGrant, err := cutHolder(t, a, nil, b, k+"/misconfigured", p.Cut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doneBeforeGrant {
+			t.Error("a holder that believes its session lasts 30s ended its lease before the next grant; the check cannot tell")
+		}
+	})
+}
+
+// cutHolder lets a take k, cuts a's links (ps, or cut), lets b acquire k, and
+// reports whether a's lease had ended (with ErrLost) before b was granted.
+func cutHolder(t *testing.T, a dlock.Locker, ps []*servers.Proxy, b dlock.Locker, k string, cut ...func()) (bool, error) {
+	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		return false, err
+	}
+	cutAt := time.Now()
+	for _, p := range ps {
+		p.Cut()
+	}
+	for _, c := range cut {
+		c()
+	}
+	lb, err := b.Acquire(ctxFor(t, 30*time.Second), k)
+	if err != nil {
+		return false, fmt.Errorf("the lock of a holder whose link was cut was never freed: %w", err)
+	}
+	grantedAt := time.Now()
+	var ended bool
+	select {
+	case <-la.Done():
+		ended = true
+	default:
+	}
+	t.Logf("granted to the next client %v after the cut; holder's lease ended before: %v (%v)",
+		grantedAt.Sub(cutAt).Round(time.Millisecond), ended, la.Err())
+	if ended && !errors.Is(la.Err(), dlock.ErrLost) {
+		return false, fmt.Errorf("Err of the cut-off holder: want ErrLost, got %v", la.Err())
+	}
+	if err := lb.Release(ctxFor(t, 10*time.Second)); err != nil {
+		return false, err
+	}
+	return ended, nil
+}
+
+// eventCounter counts the watch events (not session events) that reach the
+// connections it is installed on: what the ensemble sends.
+type eventCounter struct{ n atomic.Int64 }
+
+func (c *eventCounter) callback(e zk.Event) {
+	if e.Type == zk.EventNodeCreated || e.Type == zk.EventNodeDeleted ||
+		e.Type == zk.EventNodeDataChanged || e.Type == zk.EventNodeChildrenChanged {
+		c.n.Add(1)
+	}
+}
+
+// countingConn is a connection whose watch events c counts. Its buffers are small
+// so that a hundred of them fit in a test.
+func countingConn(t testing.TB, addrs []string, c *eventCounter) *zk.Conn {
+	conn, events, err := zk.Connect(addrs, 10*time.Second, zk.WithLogger(quiet{}), zk.WithEventCallback(c.callback),
+		zk.WithMaxBufferSize(256<<10), zk.WithMaxConnBufferSize(256<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	for e := range events {
+		if e.State == zk.StateHasSession {
+			break
+		}
+	}
+	return conn
+}
+
+// watchCount asks the server (4lw wchs) how many watches are set.
+func watchCount(t testing.TB, z interface {
+	FourLetter(context.Context, string) (string, error)
+}) int {
+	s, err := z.FourLetter(ctxFor(t, 5*time.Second), "wchs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if i := strings.Index(s, "Total watches:"); i >= 0 {
+		fmt.Sscanf(s[i+len("Total watches:"):], "%d", &n)
+		return n
+	}
+	t.Fatalf("wchs: %q", s)
+	return 0
+}
+
+// waitWatches waits until the server holds want watches more than base.
+func waitWatches(t testing.TB, z interface {
+	FourLetter(context.Context, string) (string, error)
+}, want int) {
+	deadline := time.Now().Add(30 * time.Second)
+	for watchCount(t, z) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never held %d watches (has %d)", want, watchCount(t, z))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server: it has no signal for "watch set"
+	}
+}
+
+// TestNoHerd: 100 waiters on one key; every release sends O(1) watch events (the
+// successor's watch on its predecessor, the releaser's watch on its own node), not
+// one per waiter. A waiter herd (every waiter watching the directory) is counted
+// by the same method as the control.
+func TestNoHerd(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	const waiters = 100
+	const root = "/dlock-herd"
+	k := uniqueKey(t)
+	base := watchCount(t, z)
+
+	var count eventCounter
+	holder := zklock.New(countingConn(t, z.Addrs(), &count), zklock.WithRoot(root))
+	defer holder.Close()
+	lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockers := make([]dlock.Locker, waiters)
+	for i := range lockers {
+		lockers[i] = zklock.New(countingConn(t, z.Addrs(), &count), zklock.WithRoot(root))
+		defer lockers[i].Close()
+	}
+	res := conformance.NewResource(true)
+	var wg sync.WaitGroup
+	errs := make(chan error, waiters)
+	for i, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ls, err := l.Acquire(ctxFor(t, 2*time.Minute), k)
+			if err != nil {
+				errs <- err
+				return
+			}
+			who := fmt.Sprintf("waiter%d", i)
+			if !res.Enter(who, ls.Token()) {
+				errs <- fmt.Errorf("%s: token %d lower than an earlier grant's", who, ls.Token())
+			}
+			res.Leave(who)
+			if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	// Every waiter watches its predecessor and its own node; the holder its own node.
+	waitWatches(t, z, base+2*waiters+1)
+	count.n.Store(0)
+	if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	releases := waiters + 1
+	events := count.n.Load()
+	t.Logf("%d releases with %d waiters queued: %d watch events (%.2f per release)", releases, waiters, events, float64(events)/float64(releases))
+	if per := float64(events) / float64(releases); per > 3 {
+		t.Errorf("%.1f watch events per release with %d waiters: a herd", per, waiters)
+	}
+	if n, _ := res.Stats(); n != waiters || len(res.Overlaps()) > 0 {
+		t.Errorf("%d grants (want %d), overlaps %v", n, waiters, res.Overlaps())
+	}
+
+	// Control: the same counting sees a herd where there is one.
+	t.Run("herd control", func(t *testing.T) {
+		var herd eventCounter
+		conn := connect(t, z.Addrs(), 10*time.Second)
+		dir := zklock.LockDir(root, uniqueKey(t))
+		if _, err := conn.Create(dir, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Delete(dir, -1)
+		node, err := conn.Create(dir+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const herdSize = 20
+		var got sync.WaitGroup
+		for range herdSize {
+			c := countingConn(t, z.Addrs(), &herd)
+			_, _, ev, err := c.ChildrenW(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.Add(1)
+			go func() { defer got.Done(); <-ev }()
+		}
+		if err := conn.Delete(node, -1); err != nil {
+			t.Fatal(err)
+		}
+		got.Wait()
+		if n := herd.n.Load(); n < herdSize {
+			t.Errorf("control: %d waiters watching the directory got %d events for one release; the counter misses events", herdSize, n)
+		}
+	})
+}
+
+// TestInteropZkLock: dlock and go-zookeeper's zk.Lock exclude each other on the
+// same directory.
+func TestInteropZkLock(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	h := newHarness(t, z.Addrs(), 2*time.Second)
+	k := uniqueKey(t) + "/with/slashes and spaces"
+	dir := zklock.LockDir(h.root, k)
+
+	// A zk.Lock holder makes dlock's TryAcquire fail, and its Unlock frees the key.
+	conn := connect(t, z.Addrs(), 2*time.Second)
+	zl := zk.NewLock(conn, dir, zk.WorldACL(zk.PermAll))
+	if err := zl.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	l := h.NewLocker(t)
+	if _, err := l.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while zk.Lock holds the directory: want ErrNotAcquired, got %v", err)
+	}
+	if err := zl.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Mixed contention: three zk.Lock clients and three dlock clients never overlap.
+	const each, rounds = 3, 8
+	res := conformance.NewResource(false)
+	var wg sync.WaitGroup
+	var grantsZK, grantsD atomic.Int64
+	for i := range each {
+		c := connect(t, z.Addrs(), 2*time.Second)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("zk.Lock%d", i)
+			for range rounds {
+				zl := zk.NewLock(c, dir, zk.WorldACL(zk.PermAll))
+				if err := zl.Lock(); err != nil {
+					t.Error(err)
+					return
+				}
+				res.Enter(who, 0)
+				time.Sleep(time.Millisecond) // the critical section's work
+				res.Leave(who)
+				grantsZK.Add(1)
+				if err := zl.Unlock(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		dl := h.NewLocker(t)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("dlock%d", i)
+			for range rounds {
+				ls, err := dl.Acquire(ctxFor(t, time.Minute), k)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				res.Enter(who, ls.Token())
+				time.Sleep(time.Millisecond) // the critical section's work
+				res.Leave(who)
+				grantsD.Add(1)
+				if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, o := range res.Overlaps() {
+		t.Errorf("overlap between zk.Lock and dlock: %s", o)
+	}
+	t.Logf("%d zk.Lock grants, %d dlock grants, %d overlaps", grantsZK.Load(), grantsD.Load(), len(res.Overlaps()))
+	if grantsZK.Load() != each*rounds || grantsD.Load() != each*rounds {
+		t.Errorf("grants: zk.Lock %d, dlock %d; want %d each", grantsZK.Load(), grantsD.Load(), each*rounds)
+	}
+}
+
+// TestInterruptedRelease: the connection drops while the holder's delete is on its
+// way, and the client reconnects within its session, so the node (and the lock)
+// outlives the failed request. Release must send the delete again once connected —
+// waiting for that within its context, and finishing it in the background when the
+// caller stopped waiting — or the lock stays taken for as long as the session
+// lives. Before Unlock retried, Release returned the connection error at once and
+// the other client here was never granted the lock.
+func TestInterruptedRelease(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	// Pings every 2s, so the request the proxy holds is the delete; a client
+	// disconnected for less than a third of the timeout keeps its leases.
+	const timeout = 6 * time.Second
+	h := newHarness(t, z.Addrs(), timeout)
+	b := h.NewLocker(t)
+
+	// interrupt takes k with a fresh client, holds back its delete in the proxy
+	// and drops the connection under it, then lets the client reconnect once
+	// Release (with a context of d) has returned or after, whichever it is told.
+	interrupt := func(t *testing.T, k string, d time.Duration, restoreFirst bool) (dlock.Lease, error) {
+		a, ps := h.open(t)
+		ls, err := a.Acquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ps[0]
+		p.Stall()
+		errc := make(chan error, 1)
+		go func() { errc <- ls.Release(ctxFor(t, d)) }()
+		if !p.WaitStalled(10 * time.Second) {
+			t.Fatal("the delete never reached the proxy")
+		}
+		p.Cut() // the held delete is lost with the connection; reconnects are refused
+		if restoreFirst {
+			p.Restore()
+			return ls, <-errc
+		}
+		err = <-errc
+		p.Restore()
+		return ls, err
+	}
+
+	t.Run("Release waits for the reconnect", func(t *testing.T) {
+		k := uniqueKey(t)
+		if _, err := interrupt(t, k, 20*time.Second, true); err != nil {
+			t.Fatalf("Release across a dropped connection: %v", err)
+		}
+		ls, err := b.TryAcquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatalf("another client after the release: %v", err)
+		}
+		_ = ls.Release(ctxFor(t, 10*time.Second))
+	})
+
+	t.Run("a Release given up on finishes in the background", func(t *testing.T) {
+		k := uniqueKey(t)
+		la, err := interrupt(t, k, 500*time.Millisecond, false)
+		if err == nil {
+			t.Fatal("Release returned nil while cut off from ZooKeeper")
+		}
+		// The caller drops the lease, as a careless one would.
+		ls, err := b.Acquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatalf("the dropped lease still holds the lock (the session lives on): %v", err)
+		}
+		_ = ls.Release(ctxFor(t, 10*time.Second))
+		select {
+		case <-la.Done(): // it ends just after its node is gone
+			if !errors.Is(la.Err(), dlock.ErrLost) {
+				t.Errorf("the dropped lease ended with %v, want ErrLost", la.Err())
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the lease whose lock was freed in the background did not end")
+		}
+	})
+}
+
+// TestEmptyDirectoriesGo: a key's lock directory is a container node, which the
+// server deletes once its last lock node is gone (TestMain makes the server look
+// every 200ms instead of every minute).
+func TestEmptyDirectoriesGo(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	if z.External() || !fastReaping {
+		t.Skip("the server reaps empty containers at its default interval (a minute): external, or a benchmark run")
+	}
+	h := newHarness(t, z.Addrs(), 2*time.Second)
+	k := uniqueKey(t)
+	l := h.NewLocker(t)
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := zklock.LockDir(h.root, k)
+	if ok, _, err := h.admin.Exists(dir); err != nil || !ok {
+		t.Fatalf("lock directory %s while held: exists %v, %v", dir, ok, err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok, _, err := h.admin.Exists(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the empty lock directory %s is still there 15s after the release", dir)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the server, which reaps on its own schedule
+	}
+	// The key still works after its directory was reaped.
+	ls, err = l.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("TryAcquire after the directory was reaped: %v", err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAbandonedWaitLeavesNoNode: a waiter whose ctx ends, and a TryAcquire that
+// finds the key held, delete the node they queued.
+func TestAbandonedWaitLeavesNoNode(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	h := newHarness(t, z.Addrs(), 2*time.Second)
+	k := uniqueKey(t)
+	a, b := h.NewLocker(t), h.NewLocker(t)
+	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := zklock.LockDir(h.root, k)
+	before, _, err := h.admin.Children(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held key: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := b.Acquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire until ctx ends: want ErrNotAcquired and DeadlineExceeded, got %v", err)
+	}
+	after, _, err := h.admin.Children(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(before, after) {
+		t.Errorf("lock directory before the waits %v, after %v: a node was left behind", before, after)
+	}
+	if err := la.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	addr := z.Addrs()[0]
+	for _, bad := range []string{
+		"zk://" + addr + "/dlock?foo=1",
+		"zk://" + addr + "/dlock?session_timeout=soon",
+		"zk://" + addr + "/dlock?session_timeout=-1s",
+		"zk://user:pw@" + addr + "/dlock",
+		"zk:///dlock",
+		"zk://" + addr + "/zookeeper/x",
+		"zk://" + addr + "/a//b",
+	} {
+		if _, err := dlock.Open(ctxFor(t, 10*time.Second), bad); !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("Open(%q): want ErrInvalidURL, got %v", bad, err)
+		}
+	}
+
+	// Without a path, locks live under DefaultRoot; several hosts are comma-separated.
+	l, err := dlock.Open(ctxFor(t, 30*time.Second), "zk://"+addr+","+addr+"?session_timeout=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	k := uniqueKey(t)
+	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, z.Addrs(), 10*time.Second)
+	children, _, err := admin.Children(zklock.LockDir(zklock.DefaultRoot, k))
+	if err != nil || len(children) != 1 {
+		t.Fatalf("lock directory under %s: %v, %v", zklock.DefaultRoot, children, err)
+	}
+	_, st, err := admin.Get(zklock.LockDir(zklock.DefaultRoot, k) + "/" + children[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(st.Czxid) != ls.Token() {
+		t.Errorf("Token %d, lock node's czxid %d", ls.Token(), st.Czxid)
+	}
+	if err := ls.Refresh(ctxFor(t, 10*time.Second), time.Minute); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Refresh: want ErrUnsupported, got %v", err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A ctx that ends before the session is up is an error, and nothing stays open.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := dlock.Open(ctx, "zk://"+addr); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open with a cancelled ctx: %v", err)
+	}
+}
+
+// TestNewPanicsOnBadRoot: a bad WithRoot is a programming error.
+func TestNewPanicsOnBadRoot(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	conn := connect(t, z.Addrs(), 2*time.Second)
+	defer func() {
+		if recover() == nil {
+			t.Error("New with root \"/\" did not panic")
+		}
+	}()
+	zklock.New(conn, zklock.WithRoot("/"))
+}

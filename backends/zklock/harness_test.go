@@ -1,0 +1,196 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/zklock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
+)
+
+// tick is the tickTime of the servers internal/servers starts.
+const tick = 200 * time.Millisecond
+
+// fastReaping: the servers started by this binary reap empty containers every 200ms.
+var fastReaping bool
+
+func TestMain(m *testing.M) {
+	conformance.ChildMain()
+	// ZooKeeper reaps empty container nodes every minute by default; the servers this
+	// test binary starts inherit this and reap every 200ms (TestEmptyDirectoriesGo).
+	// Benchmarks keep the default, as a deployment would.
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Setenv("JAVA_TOOL_OPTIONS", strings.TrimSpace(os.Getenv("JAVA_TOOL_OPTIONS")+" -Dznode.container.checkIntervalMs=200"))
+		fastReaping = true
+	}
+	code := m.Run()
+	os.Exit(servertest.Finish(code))
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// connect opens a raw go-zookeeper connection (no proxy) and waits for its session.
+func connect(t testing.TB, addrs []string, timeout time.Duration, opts ...func(*zk.Conn)) *zk.Conn {
+	t.Helper()
+	conn, events, err := zk.Connect(addrs, timeout, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case e := <-events:
+			if e.State == zk.StateHasSession {
+				return conn
+			}
+		case <-deadline:
+			t.Fatalf("no ZooKeeper session with %v", addrs)
+		}
+	}
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// harness gives the suite clients that each reach the servers through their own
+// proxies, so that Vanish can cut one client off the way a crash does: the
+// connection drops without a polite close, and the ensemble expires the session
+// one timeout later.
+type harness struct {
+	name    string
+	addrs   []string
+	root    string
+	timeout time.Duration
+	admin   *zk.Conn
+
+	mu      sync.Mutex
+	proxies map[dlock.Locker][]*servers.Proxy
+}
+
+func newHarness(t testing.TB, addrs []string, timeout time.Duration) *harness {
+	return &harness{name: "zk", addrs: addrs, root: "/dlock-test", timeout: timeout,
+		admin: connect(t, addrs, 10*time.Second), proxies: map[dlock.Locker][]*servers.Proxy{}}
+}
+
+// open returns a Locker through fresh proxies, closed when t ends.
+func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
+	t.Helper()
+	var hosts []string
+	var ps []*servers.Proxy
+	for _, a := range h.addrs {
+		p := servertest.Proxy(t, a)
+		ps = append(ps, p)
+		hosts = append(hosts, p.Addr())
+	}
+	u := h.url(hosts)
+	l, err := dlock.Open(ctxFor(t, 30*time.Second), u)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", u, err)
+	}
+	t.Cleanup(func() { l.Close() }) // idempotent: the suite closes its clients too
+	h.mu.Lock()
+	h.proxies[l] = ps
+	h.mu.Unlock()
+	return l, ps
+}
+
+// url is the zk:// URL of the harness's root and session timeout on hosts.
+func (h *harness) url(hosts []string) string {
+	return fmt.Sprintf("zk://%s%s?session_timeout=%v", strings.Join(hosts, ","), h.root, h.timeout)
+}
+
+func (h *harness) Name() string { return h.name }
+
+func (h *harness) NewLocker(t testing.TB) dlock.Locker {
+	l, _ := h.open(t)
+	return l
+}
+
+func (h *harness) Capabilities() spec.Capabilities {
+	// A vanished client's session ends one timeout after the ensemble last heard
+	// from it, rounded up to the next tick.
+	c := conformance.MustDeclare(h.url(h.addrs))
+	c.SessionTimeout += 2 * tick
+	return c
+}
+
+var _ conformance.QueueInspector = (*harness)(nil) // zk declares FIFO
+
+// Waiting counts the lock nodes queued behind the holder's.
+func (h *harness) Waiting(t testing.TB, key string) int {
+	children, _, err := h.admin.Children(zklock.LockDir(h.root, key))
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("Children(%s): %v", zklock.LockDir(h.root, key), err)
+	}
+	return max(len(children)-1, 0)
+}
+
+// Vanish cuts every link of l: its connections drop and new ones are refused.
+func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
+	h.mu.Lock()
+	ps := h.proxies[l]
+	h.mu.Unlock()
+	if len(ps) == 0 {
+		t.Fatal("Vanish: not a client of this harness")
+	}
+	for _, p := range ps {
+		p.Cut()
+	}
+}
+
+// DeleteKey deletes every node in key's lock directory, as an operator would.
+func (h *harness) DeleteKey(t testing.TB, key string) {
+	dir := zklock.LockDir(h.root, key)
+	children, _, err := h.admin.Children(dir)
+	if err != nil {
+		t.Fatalf("DeleteKey(%q): %v", key, err)
+	}
+	if len(children) == 0 {
+		t.Fatalf("DeleteKey(%q): no lock node in %s", key, dir)
+	}
+	for _, c := range children {
+		if err := h.admin.Delete(dir+"/"+c, -1); err != nil {
+			t.Fatalf("DeleteKey(%q): %v", key, err)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	conformance.Run(t, newHarness(t, z.Addrs(), 2*time.Second))
+}
+
+// TestConformanceEnsemble runs the suite on a 3-node ensemble (the leader kill is
+// TestFaults/ensemble).
+func TestConformanceEnsemble(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node ensemble")
+	}
+	e := servertest.ZKEnsemble(t, 3)
+	h := newHarness(t, e.Addrs(), 2*time.Second)
+	h.name = "zk (3-node ensemble)"
+	conformance.Run(t, h)
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/bench"
+	"github.com/dlock-go/dlock/internal/servers"
+)
+
+func init() {
+	register(&command{
+		Name:     "bench",
+		Summary:  "measure every backend and the lock libraries people use today, side by side",
+		Synopsis: "dlock bench [--targets T,...] [--skip M,...] [--duration D] [--json] [--out FILE]",
+		Help:     benchHelp,
+		Footer:   benchFooter,
+		Flags:    benchFlags,
+		Run:      benchCommand,
+	})
+}
+
+const benchHelp = `
+Start one set of real servers (Redis, five independent Redis masters, MariaDB,
+ZooKeeper, and etcd embedded in this process; addresses in DLOCK_REDIS_ADDRS,
+DLOCK_REDLOCK_ADDRS, DLOCK_MYSQL_DSN, DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS are used instead
+where set), build every dlock backend and every peer library (bsm/redislock, redsync,
+etcd concurrency.Mutex, go-zookeeper zk.Lock, MySQL GET_LOCK) on them, and print one
+Markdown table:
+
+  uncontended acquire+release p50/p99, and the ratio to the store's raw round trips
+  (measured in turn, round by round, so that both see the same load);
+  contended hand-offs/s with --clients clients on one key, longest wait, longest/mean
+  wait, Jain's fairness index;
+  many-keys throughput (--many-clients clients over --keys keys);
+  time until another client gets a lock whose holder vanished (its connections cut,
+  never released), with the TTL or session timeout that frees it;
+  heap allocations per acquire+release;
+and the targets of issue 10 (ratios from this run) with whether each was met.
+
+Progress goes to stderr. Servers dlock starts are stopped when it exits. Absolute
+times depend on the machine and its load: compare ratios within one run.
+
+Examples:
+  dlock bench > results.md
+  dlock bench --targets redis,bsm/redislock --skip crash,manykeys --duration 1s
+  dlock bench --targets @etcd --json --out etcd.json
+  dlock bench --list
+`
+
+const benchFooter = `
+Exit codes:
+  0    every selected target was measured
+  64   usage error: bad flags, an unknown target or measurement
+  69   a server could not be started or reached (its targets are marked skipped)
+  70   a measurement failed (the table shows what was measured, the errors follow it)
+  128+N  interrupted by signal N (the results so far are printed)`
+
+type benchConfig struct {
+	targets, skip string
+	cfg           bench.Config
+	json, list    bool
+	quiet         bool
+	out           string
+}
+
+var benchCfg benchConfig
+
+func benchFlags(fs *flag.FlagSet) {
+	benchCfg = benchConfig{}
+	c, d := &benchCfg, bench.DefaultConfig
+	fs.StringVar(&c.targets, "targets", "", "comma list of target `names` (see --list), or stores as @store; default all")
+	fs.StringVar(&c.skip, "skip", "", "comma list of `measurements` to leave out: uncontended, contended, manykeys, crash, allocs")
+	fs.DurationVar(&c.cfg.Duration, "duration", d.Duration, "length of each contended and many-keys measurement")
+	fs.IntVar(&c.cfg.Clients, "clients", d.Clients, "clients contending for one key")
+	fs.IntVar(&c.cfg.ManyClients, "many-clients", d.ManyClients, "clients of the many-keys measurement")
+	fs.IntVar(&c.cfg.Keys, "keys", d.Keys, "keys of the many-keys measurement")
+	fs.IntVar(&c.cfg.Rounds, "rounds", d.Rounds, "uncontended rounds (one acquire+release of each target and its raw baseline per round)")
+	fs.IntVar(&c.cfg.CrashTrials, "crash-trials", d.CrashTrials, "vanished holders per target")
+	fs.DurationVar(&c.cfg.CrashTimeout, "crash-timeout", d.CrashTimeout, "lease TTL (session timeout) of the vanished-holder measurement")
+	fs.DurationVar(&c.cfg.TTL, "ttl", d.TTL, "lease TTL (session timeout) of the other measurements")
+	fs.BoolVar(&c.json, "json", false, "print JSON instead of Markdown")
+	fs.StringVar(&c.out, "out", "", "write the results to `FILE` instead of stdout")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&c.list, "list", false, "list the targets and exit")
+}
+
+func benchCommand(fs *flag.FlagSet) int {
+	c := benchCfg
+	cmd := commands["bench"]
+	if fs.NArg() > 0 {
+		return cmd.usageError(os.Stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if c.list {
+		for _, t := range bench.Targets() {
+			fmt.Fprintf(os.Stdout, "%-20s %-8s @%s\n", t.Name, t.Kind, t.Store)
+		}
+		return exitOK
+	}
+	c.cfg.Targets = benchSplit(c.targets)
+	for _, m := range benchSplit(c.skip) {
+		c.cfg.Skip = append(c.cfg.Skip, bench.Measurement(m))
+	}
+	if _, err := bench.Select(c.cfg.Targets); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var got atomic.Value // the signal that interrupted the run
+	go func() {
+		select {
+		case s := <-sigs:
+			got.Store(s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	defer servers.Shutdown()
+	progress := func(s string) {
+		if !c.quiet {
+			fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s)
+		}
+	}
+	res, err := bench.Run(ctx, c.cfg, progress)
+	if res == nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
+	res.Command = commandLine(fs)
+	var out []byte
+	if c.json {
+		if out, err = res.JSON(); err != nil {
+			fmt.Fprintf(os.Stderr, "dlock bench: %v\n", err)
+			return exitSoftware
+		}
+		out = append(out, '\n')
+	} else {
+		out = []byte(res.Markdown())
+	}
+	if c.out != "" {
+		if werr := os.WriteFile(c.out, out, 0o644); werr != nil {
+			fmt.Fprintf(os.Stderr, "dlock bench: %v\n", werr)
+			return exitOSErr
+		}
+	} else {
+		os.Stdout.Write(out)
+	}
+	if s, ok := got.Load().(syscall.Signal); ok {
+		fmt.Fprintf(os.Stderr, "dlock bench: interrupted (%v); the results are incomplete\n", s)
+		return exitSignalBase + int(s)
+	}
+	return benchExit(res, err)
+}
+
+// benchExit is the exit code for a run that ended with res and err.
+func benchExit(res *bench.Results, err error) int {
+	code := exitOK
+	for _, r := range res.Rows {
+		switch {
+		case r.Skipped != "":
+			fmt.Fprintf(os.Stderr, "dlock bench: %s: %s\n", r.Name, r.Skipped)
+			code = exitUnavailable
+		case len(r.Errors) > 0 && code == exitOK:
+			fmt.Fprintf(os.Stderr, "dlock bench: %s: %s\n", r.Name, strings.Join(r.Errors, "; "))
+			code = exitSoftware
+		}
+	}
+	if err != nil && code == exitOK {
+		fmt.Fprintf(os.Stderr, "dlock bench: %v\n", err)
+		code = exitSoftware
+	}
+	return code
+}
+
+// commandLine is the dlock bench command with the flags that were set.
+func commandLine(fs *flag.FlagSet) string {
+	parts := []string{"dlock bench"}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "out" && f.Name != "quiet" {
+			parts = append(parts, fmt.Sprintf("--%s=%s", f.Name, f.Value))
+		}
+	})
+	return strings.Join(parts, " ")
+}
+
+func benchSplit(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,393 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/report"
+	"github.com/dlock-go/dlock/spec"
+)
+
+func init() {
+	register(&command{
+		Name:     "compare",
+		Summary:  "run the conformance suite, the fault campaign and the benchmarks; write the report",
+		Synopsis: "dlock compare [--backends a,b] [--scenarios s,t] [--trials N] [--duration D] [--out DIR] | dlock compare --from DIR [--out DIR]",
+		Help:     compareHelp,
+		Footer:   compareFooter,
+		Flags:    compareFlags,
+		Run:      compareCommand,
+	})
+}
+
+const compareHelp = `
+Put every backend and peer side by side, on real servers, under real faults:
+
+  1. the conformance suite (mutual exclusion, deadlock freedom, owner-only release,
+     expiry, fencing, ...) for each backend: scenario "Conformance";
+  2. the fault campaign: holder crash (SIGKILL) and pause (SIGSTOP), server restart,
+     replica failover, network partition, quorum loss, leader kill, clock jump;
+  3. the benchmarks (latency, contended hand-offs per second): scenario "Bench".
+
+Steps 1 and 2 run the project's own test packages ("go test -json -run
+'TestConformance|TestFaults'"), so dlock compare needs a source checkout of dlock and
+the Go toolchain: run it from anywhere inside the checkout. Each test package starts
+the servers it needs itself (redis-server, MariaDB, ZooKeeper from "make deps"; etcd
+runs embedded) on free loopback ports, and stops them. A backend whose server is not
+installed is skipped (its cells read "not applicable"), unless DLOCK_REQUIRE_SERVERS=1.
+
+While it works it shows progress (a bar on a terminal, plain lines otherwise). At the
+end it prints the guarantee matrices (backend x property, backend x fault scenario)
+and the speed table, and writes into --out:
+  report.json   everything, machine-readable
+  report.md     the matrices, the speed table, the evidence of every violation
+  report.html   one self-contained page with charts (open it in any browser)
+  cells/        the raw JSON cell files of each test package; logs/: go test output
+
+Every cell is checked against what the backend declares (its Capabilities): a
+declared weakness must reproduce, a guarantee must hold. A cell that differs is a
+surprise: it fails its test and dlock compare exits 1.
+
+--from DIR renders a report from what an earlier run left in DIR (a report.json, or
+conformance-*.json / faults-*.json cell files) without running anything.
+
+Backends (--backends, comma-separated; default all):
+  mem, redis (SET NX PX, also redis+setnx and Redis Cluster), redlock,
+  mysql (also mysql+getlock), zk, etcd,
+  peer+bsm, peer+redsync, peer+etcd, peer+zk, peer+getlock (libraries people use today)
+  "backends" and "peers" name the two groups.
+
+Scenarios (--scenarios, comma-separated; default all):
+  Conformance, HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover,
+  Partition, QuorumLoss, LeaderKill, ClockJump, Bench
+
+Examples:
+  dlock compare                                  everything (tens of minutes)
+  dlock compare --backends redis,etcd --trials 10
+  dlock compare --backends mem --scenarios Conformance --out /tmp/r
+  dlock compare --from report --out report       re-render an earlier run
+`
+
+const compareFooter = `
+Exit codes:
+  0   every test passed and every cell is what its backend declares
+  1   a test failed or a cell surprised (see the summary and logs/ in --out)
+  64  usage error: bad flags, unknown backend or scenario, not inside a dlock checkout
+  69  the Go toolchain is missing
+  70  the report could not be written`
+
+// compareConfig holds the parsed flags of "dlock compare".
+type compareConfig struct {
+	backends, scenarios string
+	trials              int
+	duration            time.Duration
+	out, from           string
+}
+
+var compareCfg compareConfig
+
+func compareFlags(fs *flag.FlagSet) {
+	compareCfg = compareConfig{}
+	c := &compareCfg
+	fs.StringVar(&c.backends, "backends", "all", "comma-separated `list` of backends and peers (see above)")
+	fs.StringVar(&c.scenarios, "scenarios", "all", "comma-separated `list` of scenarios: Conformance, fault scenarios, Bench")
+	fs.IntVar(&c.trials, "trials", 5, "trials per fault scenario")
+	fs.DurationVar(&c.duration, "duration", 0, "how long each benchmark measurement runs (default: the benchmarks' own)")
+	fs.StringVar(&c.out, "out", "report", "`directory` for report.json, report.md, report.html")
+	fs.StringVar(&c.from, "from", "", "render the report from the JSON files in `DIR` without running anything")
+}
+
+// target is one test package that compare runs.
+type target struct {
+	Name  string   // what --backends calls it; also the label of its cells
+	Pkg   string   // the package, relative to the module root
+	Group string   // "backends" or "peers"
+	Bench []string // its targets in internal/bench
+}
+
+var targets = []target{
+	{"mem", "./backends/memlock", "backends", []string{"mem"}},
+	{"redis", "./backends/redislock", "backends", []string{"redis", "redis+setnx/getset", "redis+setnx/expire"}},
+	{"redlock", "./backends/redlock", "backends", []string{"redlock(5)"}},
+	{"mysql", "./backends/mysqllock", "backends", []string{"mysql", "mysql+getlock"}},
+	{"zk", "./backends/zklock", "backends", []string{"zk"}},
+	{"etcd", "./backends/etcdlock", "backends", []string{"etcd"}},
+	{"peer+bsm", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}},
+	{"peer+redsync", "./peers/redsyncpeer", "peers", []string{"redsync", "redsync(5)"}},
+	{"peer+etcd", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}},
+	{"peer+zk", "./peers/zkpeer", "peers", []string{"zk.Lock"}},
+	{"peer+getlock", "./peers/getlockpeer", "peers", []string{"mysql GET_LOCK"}},
+}
+
+// Scenario names of --scenarios besides the fault scenarios.
+const (
+	scenarioConformance = "Conformance"
+	scenarioBench       = "Bench"
+)
+
+// compareCommand is "dlock compare".
+func compareCommand(fs *flag.FlagSet) int {
+	cmd := commands["compare"]
+	c := compareCfg
+	if fs.NArg() > 0 {
+		return cmd.usageError(os.Stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if c.out == "" {
+		return cmd.usageError(os.Stderr, "--out must not be empty")
+	}
+	if c.from != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, n := range []string{"backends", "scenarios", "trials", "duration"} {
+			if set[n] {
+				return cmd.usageError(os.Stderr, "--from renders an earlier run; it cannot be combined with --"+n)
+			}
+		}
+		r, err := report.FromDir(c.from)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dlock compare: %v\n", err)
+			return exitUsage
+		}
+		return finishReport(r, c.out)
+	}
+	if c.trials < 1 {
+		return cmd.usageError(os.Stderr, "--trials must be at least 1")
+	}
+	if c.duration < 0 {
+		return cmd.usageError(os.Stderr, "--duration must not be negative")
+	}
+	chosen, err := chooseTargets(c.backends)
+	if err != nil {
+		return cmd.usageError(os.Stderr, "--backends: "+err.Error())
+	}
+	scen, err := chooseScenarios(c.scenarios)
+	if err != nil {
+		return cmd.usageError(os.Stderr, "--scenarios: "+err.Error())
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlock compare: %v\n", err)
+		return exitUsage
+	}
+	if _, err := lookGo(); err != nil {
+		fmt.Fprintf(os.Stderr, "dlock compare: %v\n", err)
+		return exitUnavailable
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r := &report.Report{Date: time.Now().Format(time.RFC3339), Machine: machine(),
+		Command: "dlock compare " + strings.Join(os.Args[2:], " ")}
+	if slices.ContainsFunc(scen, func(s string) bool { return s != scenarioConformance && s != scenarioBench }) {
+		r.Trials = c.trials
+	}
+	pattern := runPattern(scen)
+	steps := boolInt(slices.Contains(scen, scenarioBench))
+	if pattern != "" {
+		steps += len(chosen)
+	}
+	prog := newProgress(os.Stderr, steps)
+	if pattern != "" {
+		for _, t := range chosen {
+			res := runTests(ctx, root, t, pattern, c.trials, c.out, prog)
+			r.Cells = append(r.Cells, res.cells...)
+			r.Failures = append(r.Failures, res.failures...)
+			r.Notes = append(r.Notes, res.notes...)
+			prog.done()
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	if slices.Contains(scen, scenarioBench) && ctx.Err() == nil {
+		speed, err := runBench(ctx, chosen, c.duration, c.trials, prog)
+		if err != nil {
+			r.Failures = append(r.Failures, "benchmarks: "+err.Error())
+		}
+		r.Speed = speed
+		prog.done()
+	}
+	prog.finish()
+	if ctx.Err() != nil {
+		r.Notes = append(r.Notes, "interrupted: the report is incomplete")
+	}
+	code := finishReport(r, c.out)
+	if code == exitOK && ctx.Err() != nil {
+		return exitSignalBase + int(syscall.SIGINT)
+	}
+	return code
+}
+
+// finishReport prints r's summary and writes its files into out.
+func finishReport(r *report.Report, out string) int {
+	r.WriteSummary(os.Stdout)
+	paths, err := r.WriteFiles(out)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlock compare: writing the report: %v\n", err)
+		return exitSoftware
+	}
+	fmt.Fprintf(os.Stdout, "\nReport: %s\n", strings.Join(paths, ", "))
+	if len(r.Failures) > 0 || len(r.Surprises()) > 0 {
+		fmt.Fprintf(os.Stderr, "dlock compare: %d failed test(s), %d surprising cell(s)\n", len(r.Failures), len(r.Surprises()))
+		return 1
+	}
+	return exitOK
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// chooseTargets parses --backends.
+func chooseTargets(list string) ([]target, error) {
+	var out []target
+	add := func(t target) {
+		if !slices.ContainsFunc(out, func(o target) bool { return o.Name == t.Name }) {
+			out = append(out, t)
+		}
+	}
+	for _, name := range benchSplit(list) {
+		found := false
+		for _, t := range targets {
+			if name == "all" || name == t.Group || name == t.Name {
+				add(t)
+				found = true
+			}
+		}
+		if !found {
+			var names []string
+			for _, t := range targets {
+				names = append(names, t.Name)
+			}
+			return nil, fmt.Errorf("unknown backend %q (known: all, backends, peers, %s)", name, strings.Join(names, ", "))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no backend chosen")
+	}
+	// Run in the table's order, whatever the order of the list.
+	index := func(t target) int { return slices.IndexFunc(targets, func(o target) bool { return o.Name == t.Name }) }
+	slices.SortStableFunc(out, func(a, b target) int { return index(a) - index(b) })
+	return out, nil
+}
+
+// allScenarios lists the names --scenarios accepts, in order.
+func allScenarios() []string {
+	s := []string{scenarioConformance}
+	for _, f := range spec.Scenarios {
+		s = append(s, string(f))
+	}
+	return append(s, scenarioBench)
+}
+
+// chooseScenarios parses --scenarios (names are matched without regard to case).
+func chooseScenarios(list string) ([]string, error) {
+	known := allScenarios()
+	var out []string
+	for _, name := range benchSplit(list) {
+		if name == "all" {
+			out = append(out, known...)
+			continue
+		}
+		i := slices.IndexFunc(known, func(k string) bool { return strings.EqualFold(k, name) })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q (known: all, %s)", name, strings.Join(known, ", "))
+		}
+		out = append(out, known[i])
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no scenario chosen")
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// runPattern returns the go test -run pattern for the chosen scenarios, or "" when
+// no test is to run (only Bench). Subtest names of the suite are CamelCase; harness
+// groups (TestFaults/single, TestConformanceSETNX/expire) start with a lower-case
+// letter or a digit, and are always let through.
+func runPattern(scen []string) string {
+	conf := slices.Contains(scen, scenarioConformance)
+	var faults []string
+	for _, s := range spec.Scenarios {
+		if slices.Contains(scen, string(s)) {
+			faults = append(faults, string(s))
+		}
+	}
+	switch {
+	case !conf && len(faults) == 0:
+		return ""
+	case conf && len(faults) == len(spec.Scenarios):
+		return "^(TestConformance.*|TestFaults)$"
+	case len(faults) == 0:
+		return "^TestConformance.*$"
+	}
+	top := "TestFaults"
+	names := faults
+	if conf {
+		top = "TestConformance.*|TestFaults"
+		for _, p := range spec.Properties {
+			names = append(names, string(p))
+		}
+	}
+	level := "^(" + strings.Join(names, "|") + "|[a-z0-9].*)$"
+	return "^(" + top + ")$/" + level + "/" + level
+}
+
+// moduleRoot finds the dlock source checkout containing the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; {
+		data, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil {
+			if mod := modulePath(string(data)); mod == "github.com/dlock-go/dlock" {
+				return d, nil
+			}
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("%s is not inside a dlock source checkout (no go.mod of module github.com/dlock-go/dlock above it): "+
+				"dlock compare runs the project's own tests; clone the repository and run it there", dir)
+		}
+		d = parent
+	}
+}
+
+func modulePath(gomod string) string {
+	for _, line := range strings.Split(gomod, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
+}
+
+// machine describes this machine for the report header.
+func machine() string {
+	cpu := ""
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = ", " + strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%s, %d CPUs%s, %s, host %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu, runtime.Version(), host)
+}

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/bench"
+	"github.com/dlock-go/dlock/internal/report"
+	"github.com/dlock-go/dlock/internal/servers"
+)
+
+// runBench measures the chosen backends and peers in this process (internal/bench,
+// against servers it starts) and returns the speed part of the report. d is the
+// length of each contended and many-keys measurement (0: the benchmarks' default);
+// trials bounds the crash measurement's trials. Failed measurements are notes of
+// the speed table; rows skipped for a missing server are notes too, and an error
+// under DLOCK_REQUIRE_SERVERS=1.
+func runBench(ctx context.Context, chosen []target, d time.Duration, trials int, prog *progress) (*report.Speed, error) {
+	prog.start("benchmarks")
+	defer servers.Shutdown()
+	cfg := bench.Config{Duration: d, CrashTrials: min(trials, bench.DefaultConfig.CrashTrials)}
+	for _, t := range chosen {
+		cfg.Targets = append(cfg.Targets, t.Bench...)
+	}
+	res, err := bench.Run(ctx, cfg, func(line string) { prog.line("benchmarks", line) })
+	if res == nil {
+		return nil, err
+	}
+	speed := speedOf(res)
+	var problems []string
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	for _, r := range res.Rows {
+		if r.Skipped != "" {
+			if servers.RequireServers() {
+				problems = append(problems, r.Name+": "+r.Skipped)
+			}
+			speed.Notes = append(speed.Notes, fmt.Sprintf("%s: skipped: %s", r.Name, r.Skipped))
+		}
+		// A failed measurement is a finding, not a failure of the run: the classic
+		// SETNX variants, for one, lose locks under contention.
+		for _, e := range r.Errors {
+			speed.Notes = append(speed.Notes, fmt.Sprintf("%s: measurement failed: %s", r.Name, e))
+		}
+	}
+	if len(problems) > 0 {
+		return speed, fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return speed, nil
+}
+
+// speedOf turns benchmark results into the report's speed table and chart data.
+func speedOf(res *bench.Results) *report.Speed {
+	c := res.Config
+	s := &report.Speed{Columns: []string{"kind", "uncontended p50", "p99", "× raw round trips",
+		fmt.Sprintf("hand-offs/s (%d clients)", c.Clients), "longest wait", "Jain fairness",
+		fmt.Sprintf("many keys cycles/s (%d clients)", c.ManyClients), "lock freed after a crash (p50)", "allocs/cycle"}}
+	dash := func(ok bool, f func() string) string {
+		if !ok {
+			return "–"
+		}
+		return f()
+	}
+	for _, r := range res.Rows {
+		if r.Skipped != "" {
+			s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: []string{string(r.Kind), "skipped", "", "", "", "", "", "", "", ""}})
+			continue
+		}
+		u, k, m, x, a := r.Uncontended, r.Contended, r.ManyKeys, r.Crash, r.Allocs
+		s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: []string{
+			string(r.Kind),
+			dash(u != nil, func() string { return roundDur(u.P50) }),
+			dash(u != nil, func() string { return roundDur(u.P99) }),
+			dash(r.RawRatio > 0, func() string { return fmt.Sprintf("%.2f", r.RawRatio) }),
+			dash(k != nil, func() string { return fmt.Sprintf("%.0f", k.Rate) }),
+			dash(k != nil, func() string { return roundDur(k.Wait.Max) }),
+			dash(k != nil, func() string { return fmt.Sprintf("%.3f", k.Jain) }),
+			dash(m != nil, func() string { return fmt.Sprintf("%.0f", m.Rate) }),
+			dash(x != nil, func() string { return fmt.Sprintf("%s (%s)", roundDur(x.P50), x.Timeout) }),
+			dash(a != nil, func() string { return fmt.Sprintf("%.0f", a.PerCycle) }),
+		}})
+		if u != nil {
+			s.Latency = append(s.Latency, report.Latency{Backend: r.Name, N: u.N, P50: u.P50, P99: u.P99, Max: u.Max, Mean: u.Mean})
+		}
+		if k != nil && r.Kind != bench.Raw {
+			s.Handoffs = append(s.Handoffs, report.Rate{Backend: r.Name, Clients: k.Clients, PerSecond: k.Rate})
+		}
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("Benchmarks: %s, %d CPUs (%s), load %s → %s; each contended and many-keys measurement ran %v. "+
+		"Absolute times depend on the machine and its load: compare ratios within this run only.",
+		res.Started.Format(time.RFC3339), res.Machine.CPUs, res.Machine.CPU, res.Machine.LoadBefore, res.Machine.LoadAfter, c.Duration))
+	return s
+}
+
+// roundDur prints d with about three significant digits.
+func roundDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	case d >= time.Microsecond:
+		return d.Round(time.Microsecond).String()
+	}
+	return d.String()
+}

@@ -1,0 +1,103 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/spec"
+)
+
+// Vanisher is implemented by a harness that can make a client disappear the way a
+// crashed process does: without releasing anything and without closing its session
+// politely (e.g. by cutting its connections). Without it, the suite simulates a
+// vanished holder of a per-lease-TTL backend by abandoning its lease.
+type Vanisher interface {
+	Vanish(t testing.TB, l dlock.Locker)
+}
+
+// KeyDeleter is implemented by a harness that can delete a lock behind its holder's
+// back, as an operator (or a failover) would. It unlocks the checks that a refresh or
+// release of a lock that is no longer ours is refused, and that auto-renewal reports
+// the loss.
+type KeyDeleter interface {
+	DeleteKey(t testing.TB, key string)
+}
+
+// QueueInspector is implemented by the harness of a backend that declares FIFO: it
+// lets the suite see the store's queue, so that it can line waiters up in a known
+// order.
+type QueueInspector interface {
+	// Waiting reports how many Acquires wait in the store's queue for key (the
+	// holder not counted).
+	Waiting(t testing.TB, key string) int
+}
+
+// WeaknessReproducer is implemented by a harness whose declared weakness needs a
+// backend-specific fault to show (a crash between two commands, a client with a
+// skewed clock). For such a property the generic check must still hold, and the
+// harness's scenario must show the violation.
+type WeaknessReproducer interface {
+	// ReproduceWeakness runs a scenario meant to violate p and returns what it saw
+	// (each string one violation, with evidence). ok is false when the harness has no
+	// scenario for p; the generic check then must show the violation itself.
+	ReproduceWeakness(t *testing.T, p spec.Property) (violations []string, ok bool)
+}
+
+// URLer is implemented by a harness whose backend can be opened by URL from another
+// process: holders then run in child processes that the suite kills or pauses. The
+// test binary must call ChildMain first thing in TestMain.
+type URLer interface {
+	URL(t testing.TB) string
+}
+
+// ServerRestarter restarts every server of the backend (with whatever persistence
+// the harness configured) and returns once they answer again.
+type ServerRestarter interface {
+	RestartServers(t testing.TB)
+}
+
+// Failoverer drives an asynchronous-replication failover: PauseReplication makes the
+// replica stop receiving writes; Failover promotes it and points every client of the
+// harness at it.
+type Failoverer interface {
+	PauseReplication(t testing.TB)
+	Failover(t testing.TB)
+}
+
+// Link is one client's network path to the backend.
+type Link interface {
+	Blackhole() // keep connections open but drop every byte both ways
+	Restore()
+}
+
+// Partitioner gives a client whose link to the backend can be cut.
+type Partitioner interface {
+	NewPartitionedLocker(t testing.TB) (dlock.Locker, Link)
+}
+
+// NodeStopper stops and restarts the independent nodes of a multi-node backend.
+type NodeStopper interface {
+	Nodes() int
+	StopNodes(t testing.TB, n int) // stop n nodes (n counts all stopped so far)
+	RestartNodes(t testing.TB)     // bring every stopped node back
+}
+
+// LeaderKiller kills the current leader of the backend's cluster; the cluster is
+// expected to elect another.
+type LeaderKiller interface {
+	KillLeader(t testing.TB)
+}
+
+// ClockJumper moves the server's clock (one server's, for multi-node backends)
+// forward by d.
+type ClockJumper interface {
+	JumpClock(t testing.TB, d time.Duration)
+}
+
+// Diagnoser is implemented by a harness that can describe the store's state of a
+// key (its queue, who owns what) for the evidence of a scenario that went wrong,
+// e.g. a lock service that did not resume after a leader kill.
+type Diagnoser interface {
+	Diagnose(t testing.TB, key string) string
+}

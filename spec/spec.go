@@ -1,0 +1,151 @@
+// Package spec is the vocabulary in which a backend declares what it guarantees: the
+// properties of a lock (Property), the faults the suite injects (Scenario), their
+// outcomes (Status) and one backend's declaration (Capabilities).
+//
+// A backend package declares itself next to its URL opener (dlock.Register with a
+// Declare function). The conformance suite checks exactly what is declared —
+// guarantees must hold, declared weaknesses must reproduce — and `dlock check` and the
+// report read the same declaration, so a backend's documentation, its tests and the
+// tool users run against their own servers cannot disagree.
+//
+// The package has no dependencies: importing it costs a backend nothing at run time.
+package spec
+
+import (
+	"slices"
+	"time"
+)
+
+// Property names one thing a lock may guarantee. Each is a named subtest of
+// conformance.Run.
+type Property string
+
+// The properties conformance.Run checks, in order.
+const (
+	MutualExclusion  Property = "MutualExclusion"  // never two holders of one key at once
+	DeadlockFreedom  Property = "DeadlockFreedom"  // a vanished holder's lock frees after its TTL, not before
+	OwnerOnlyRelease Property = "OwnerOnlyRelease" // only the current owner can release or refresh
+	Expiry           Property = "Expiry"           // an unrefreshed lease ends (Done) before anyone else is granted
+	Refresh          Property = "Refresh"          // Refresh and WithAutoRenew keep a lease past its first TTL
+	TryAcquire       Property = "TryAcquire"       // one attempt, ErrNotAcquired without waiting
+	Cancellation     Property = "Cancellation"     // ctx ends a wait promptly and leaves no lock behind
+	FencingMonotonic Property = "FencingMonotonic" // tokens strictly increase per key (or are all 0 without fencing)
+	KeyIsolation     Property = "KeyIsolation"     // similar keys are different locks
+	InputValidation  Property = "InputValidation"  // bad keys and TTLs are rejected; odd valid keys work and stay distinct
+	Close            Property = "Close"            // ErrClosed afterwards; held leases end and free their locks
+	ConcurrentUse    Property = "ConcurrentUse"    // one Locker from 64 goroutines (run under -race)
+	DoneAndErr       Property = "DoneAndErr"       // Done closes on release, expiry and loss with the right Err
+	FIFO             Property = "FIFO"             // with a queue: waiters are granted in arrival order, nobody jumps it
+	NoGoroutineLeaks Property = "NoGoroutineLeaks" // nothing left running once every client is closed
+)
+
+// Properties lists every property in the order conformance.Run checks them.
+var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, Expiry, Refresh,
+	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
+	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
+
+// Scenario names a fault that conformance.RunFaults injects.
+type Scenario string
+
+// The fault scenarios, each enabled by an optional interface of the test harness
+// (named in brackets; see package conformance).
+const (
+	HolderCrash       Scenario = "HolderCrash"       // [URLer] the holder process gets SIGKILL
+	HolderPause       Scenario = "HolderPause"       // [URLer] the holder is SIGSTOPped past its TTL, then writes (unfenced resource)
+	HolderPauseFenced Scenario = "HolderPauseFenced" // the same, against a resource that checks fencing tokens
+	ServerRestart     Scenario = "ServerRestart"     // [ServerRestarter] every server restarts while a lock is held
+	Failover          Scenario = "Failover"          // [Failoverer] a lagging replica is promoted while a lock is held
+	Partition         Scenario = "Partition"         // [Partitioner] the holder's link is blackholed
+	QuorumLoss        Scenario = "QuorumLoss"        // [NodeStopper] a minority, then a majority of nodes stop
+	LeaderKill        Scenario = "LeaderKill"        // [LeaderKiller] the cluster leader dies under contention (no overlap; tokens keep increasing)
+	ClockJump         Scenario = "ClockJump"         // [ClockJumper] the server's clock jumps forward
+)
+
+// Scenarios lists every scenario in the order conformance.RunFaults runs them.
+var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, Partition, QuorumLoss, LeaderKill, ClockJump}
+
+// Status is the outcome of one property under one scenario on one backend, or what
+// a declaration expects it to be.
+type Status string
+
+// The outcomes. Sometimes is only ever expected, never observed.
+const (
+	Held          Status = "held"           // checked in every trial, never violated
+	Violated      Status = "violated"       // violated in at least one trial (evidence attached)
+	Unavailable   Status = "unavailable"    // the lock service could not answer
+	NotApplicable Status = "not applicable" // the scenario does not apply to the backend
+
+	// Sometimes is an expectation, never an outcome: a timing-dependent weakness that
+	// shows in some trials and not in others (e.g. a client library that learns of
+	// its lost lease a moment after the server frees it). Held and Violated both
+	// agree with it; Capabilities.FaultTrials should then ask for enough trials that
+	// the violation is likely to show.
+	Sometimes Status = "sometimes"
+)
+
+// Capabilities is one backend's declaration: what a Locker opened from one URL (or
+// built by one constructor with one set of options) promises.
+//
+// Not declared here: what depends on the servers rather than the client — whether
+// Redis persists every write (appendfsync always), how far a ZooKeeper ensemble
+// stretches a requested session timeout. A harness that knows its servers adjusts
+// the declaration it hands the suite.
+type Capabilities struct {
+	// Fencing: Lease.Token strictly increases per key. Without it, tokens must be 0.
+	Fencing bool
+	// PerLeaseTTL: each lease has its own TTL (WithTTL). Without it, a lease lasts as
+	// long as its client's session, and SessionTimeout says how long a vanished
+	// client keeps its locks.
+	PerLeaseTTL bool
+	// SessionTimeout: for session-based backends, the longest a vanished client's
+	// locks outlive it.
+	SessionTimeout time.Duration
+	// Refresh: Lease.Refresh extends the TTL. Without it, Refresh must return
+	// errors.ErrUnsupported.
+	Refresh bool
+	// MinTTL: the shortest TTL the backend honours (the suite uses at least 250ms).
+	MinTTL time.Duration
+	// FIFO: the store queues waiting Acquires and grants the lock in arrival order; a
+	// client that releases and asks again at once queues behind the waiters, and
+	// TryAcquire fails while anyone waits. Without FIFO a waiter may be overtaken
+	// (barging), and the property is not applicable.
+	FIFO bool
+	// Weaknesses: properties the backend is known not to guarantee. For each, the
+	// suite demands that the violation reproduces.
+	Weaknesses []Property
+	// HarnessOnly lists the Weaknesses that show only under a fault the backend's own
+	// test harness injects (a crash between two commands, a client whose clock runs
+	// ahead, a lock deleted behind its holder's back, a client cut off the network).
+	// A run without that harness (`dlock check`) checks them as guarantees.
+	HarnessOnly []Property
+	// FaultOutcomes overrides what a scenario is expected to show (by default every
+	// guarantee holds, except that an unfenced resource sees a paused holder's
+	// write; see Expect).
+	FaultOutcomes map[Scenario]Status
+	// FaultTrials raises the number of trials of a scenario: for a Sometimes outcome,
+	// enough that the violation is likely to show at least once. It never lowers it.
+	FaultTrials map[Scenario]int
+}
+
+// Weak reports whether p is a declared weakness.
+func (c Capabilities) Weak(p Property) bool { return slices.Contains(c.Weaknesses, p) }
+
+// Expect returns what the declaration predicts for scenario s: FaultOutcomes[s] if
+// set; otherwise Violated for HolderPause (no lease survives a pause of its holder
+// without a fenced resource), Held for HolderPauseFenced with Fencing and Violated
+// without, and Held for everything else.
+func (c Capabilities) Expect(s Scenario) Status {
+	if st, ok := c.FaultOutcomes[s]; ok {
+		return st
+	}
+	switch s {
+	case HolderPause:
+		return Violated
+	case HolderPauseFenced:
+		if c.Fencing {
+			return Held
+		}
+		return Violated
+	}
+	return Held
+}
