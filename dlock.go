@@ -97,6 +97,10 @@ var (
 	// ErrInvalidURL: Open was given a URL it cannot use (unknown scheme, unknown query
 	// parameter, bad host list); the message names what was wrong.
 	ErrInvalidURL = errors.New("dlock: invalid url")
+	// ErrConflict: the key is in use as another kind of lock (a mutex, a semaphore, a
+	// read-write lock, an election), or as a semaphore with another limit. Nothing
+	// was granted.
+	ErrConflict = errors.New("dlock: key in use with other settings")
 )
 
 // MaxKeyLen is the longest key in bytes.

@@ -68,16 +68,43 @@ func (l *locker) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// request is what one kind of acquisition asks of the driver: the mutex's TryLock
+// and Lock, or a primitive's (a permit, a shared lease, …).
+type request struct {
+	key string // the name the caller gave (validated, in errors and events)
+	// try makes one attempt: a Lock, driver.Busy, or an error.
+	try func(ctx context.Context, ttl time.Duration) (driver.Lock, error)
+	// wait, if not nil, waits for the lock itself (driver.Waiter): Acquire without
+	// WithRetry calls it instead of retrying try.
+	wait func(ctx context.Context, ttl time.Duration) (driver.Lock, error)
+	// wake is the name whose releases the driver's Notifier announces ("" for none).
+	wake string
+}
+
 func (l *locker) Acquire(ctx context.Context, key string, opts ...Option) (Lease, error) {
-	return l.acquire(ctx, key, true, opts)
+	return l.acquire(ctx, l.mutex(key), true, opts)
 }
 
 func (l *locker) TryAcquire(ctx context.Context, key string, opts ...Option) (Lease, error) {
-	return l.acquire(ctx, key, false, opts)
+	return l.acquire(ctx, l.mutex(key), false, opts)
 }
 
-func (l *locker) acquire(ctx context.Context, key string, wait bool, opts []Option) (Lease, error) {
+// mutex is the request of Acquire and TryAcquire.
+func (l *locker) mutex(key string) request {
+	r := request{key: key, wake: key,
+		try: func(ctx context.Context, ttl time.Duration) (driver.Lock, error) { return l.d.TryLock(ctx, key, ttl) }}
+	if l.waiter != nil {
+		r.wait = func(ctx context.Context, ttl time.Duration) (driver.Lock, error) { return l.waiter.Lock(ctx, key, ttl) }
+	}
+	return r
+}
+
+// acquire runs r under the shared machinery: validation, the retry loop or the
+// driver's own wait, the grant, observer events. Primitives (semaphores, read-write
+// locks, …) call it with requests of their own.
+func (l *locker) acquire(ctx context.Context, r request, wait bool, opts []Option) (Lease, error) {
 	o := ApplyOptions(opts...)
+	key := r.key
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -91,7 +118,7 @@ func (l *locker) acquire(ctx context.Context, key string, wait bool, opts []Opti
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	a := attempt{l: l, key: key, ttl: ttl, opts: o}
+	a := attempt{l: l, r: r, key: key, ttl: ttl, opts: o}
 	var start time.Time
 	if o.Observer != nil {
 		start = time.Now()
@@ -110,6 +137,7 @@ func (l *locker) acquire(ctx context.Context, key string, wait bool, opts []Opti
 // attempt is the state of one Acquire or TryAcquire call.
 type attempt struct {
 	l         *locker
+	r         request
 	key       string
 	ttl       time.Duration
 	opts      AcquireOptions
@@ -121,7 +149,7 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 	l := a.l
 	// A backend's own wait (its queue) serves waiters in order; a caller who asked
 	// for a retry strategy gets it (bounded retries of TryLock) instead.
-	if wait && l.waiter != nil && a.opts.Retry == nil {
+	if wait && a.r.wait != nil && a.opts.Retry == nil {
 		// Close ends the wait: its context is cancelled with cause ErrClosed. (TryLock
 		// gets the caller's context as it is: a driver may let requests it sent run on
 		// after TryLock returned, bounded by that context.)
@@ -130,7 +158,7 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 		defer context.AfterFunc(l.closeCtx, func() { cancel(ErrClosed) })()
 		a.attempts = 1
 		t0 := time.Now()
-		lk, err := l.waiter.Lock(wctx, a.key, a.ttl)
+		lk, err := a.r.wait(wctx, a.ttl)
 		if err != nil {
 			if errors.Is(context.Cause(wctx), ErrClosed) {
 				return nil, ErrClosed
@@ -160,7 +188,7 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 		}
 		a.attempts++
 		t0 := time.Now()
-		lk, err := l.d.TryLock(ctx, a.key, a.ttl)
+		lk, err := a.r.try(ctx, a.ttl)
 		var remaining time.Duration
 		if err == nil {
 			ls, gerr := l.grant(a, t0, lk)
@@ -178,9 +206,9 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 			}
 			return nil, fmt.Errorf("%w: %q is held (%s)", ErrNotAcquired, a.key, l.info.Name)
 		}
-		if l.notifier != nil && !subscribed {
+		if l.notifier != nil && a.r.wake != "" && !subscribed {
 			subscribed = true
-			w, stop, serr := l.notifier.Subscribe(ctx, a.key)
+			w, stop, serr := l.notifier.Subscribe(ctx, a.r.wake)
 			if serr == nil {
 				defer stop()
 				wake = w

@@ -82,6 +82,9 @@ func New(cli *clientv3.Client, opts ...Option) *Locker {
 	return &Locker{Locker: dlock.New(d, driver.Info{Name: "etcd", MinTTL: MinTTL}), d: d}
 }
 
+// Unwrap returns the dlock.Locker underneath (dlock.Unwrapper).
+func (l *Locker) Unwrap() dlock.Locker { return l.Locker }
+
 // Fence returns the comparison that is true only while ls still holds its lock: its
 // lock key exists with ls.Token() as its create revision. Put it in the If of an
 // etcd transaction to make a write that a holder who lost the lock (expired, paused,

@@ -87,6 +87,9 @@ type locker struct {
 	s *concurrency.Session
 }
 
+// Unwrap returns the dlock.Locker underneath (dlock.Unwrapper).
+func (l *locker) Unwrap() dlock.Locker { return l.Locker }
+
 // Session is the Locker's concurrency.Session.
 func (l *locker) Session() *concurrency.Session { return l.s }
 

@@ -56,6 +56,9 @@ type owning struct {
 	err          error
 }
 
+// Unwrap returns the Locker whose clients o owns.
+func (o *owning) Unwrap() dlock.Locker { return o.Locker }
+
 func (o *owning) Close() error {
 	o.once.Do(func() {
 		err := o.Locker.Close()
