@@ -125,6 +125,31 @@ type Capabilities struct {
 	// FaultTrials raises the number of trials of a scenario: for a Sometimes outcome,
 	// enough that the violation is likely to show at least once. It never lowers it.
 	FaultTrials map[Scenario]int
+
+	// The coordination primitives beyond the mutex, each nil when the backend has none.
+	Semaphore *Primitive // counting semaphores
+	RWLock    *Primitive // read-write locks
+	Election  *Primitive // leader election
+	MultiKey  *Primitive // all-or-nothing locks on a set of keys
+}
+
+// Primitive declares what one coordination primitive beyond the mutex guarantees on a
+// backend. The suite checks the primitive's properties as it checks the mutex's:
+// guarantees must hold, declared weaknesses must reproduce.
+type Primitive struct {
+	// Native: the store implements the primitive itself. False: dlock builds it from
+	// the backend's mutexes (a generic recipe, with the limits its docs state).
+	Native bool
+	// Fencing: the primitive's leases carry tokens that increase per key.
+	Fencing bool
+	// FIFO: waiters are served in arrival order.
+	FIFO bool
+	// WriterPreference (read-write locks): a waiting exclusive acquirer keeps new
+	// shared acquirers out, so that it gets in within a bound however many readers
+	// come.
+	WriterPreference bool
+	// Weaknesses: the primitive's properties the backend is known not to guarantee.
+	Weaknesses []Property
 }
 
 // Weak reports whether p is a declared weakness.
