@@ -45,11 +45,6 @@ func RunFaults(t *testing.T, h Harness) {
 	own := &results.File{Trials: defaultTrials()}
 	results.SaveAtEnd(t, "faults", backend, own)
 	f := &faults{h: h, caps: caps, backend: backend, trials: defaultTrials(), own: own}
-	type run struct {
-		s  spec.Scenario
-		ok bool
-		fn func(*testing.T, *results.Cell)
-	}
 	_, url := h.(URLer)
 	_, restart := h.(ServerRestarter)
 	_, fo := h.(Failoverer)
@@ -57,7 +52,7 @@ func RunFaults(t *testing.T, h Harness) {
 	_, nodes := h.(NodeStopper)
 	_, leader := h.(LeaderKiller)
 	_, clock := h.(ClockJumper)
-	for _, x := range []run{
+	for _, x := range append([]run{
 		{spec.HolderCrash, url, f.holderCrash},
 		{spec.HolderPause, url, func(t *testing.T, c *results.Cell) { f.holderPause(t, c, false) }},
 		{spec.HolderPauseFenced, url, func(t *testing.T, c *results.Cell) { f.holderPause(t, c, true) }},
@@ -67,7 +62,7 @@ func RunFaults(t *testing.T, h Harness) {
 		{spec.QuorumLoss, nodes, f.quorumLoss},
 		{spec.LeaderKill, leader, f.leaderKill},
 		{spec.ClockJump, clock, f.clockJump},
-	} {
+	}, primitiveFaults(f)...) {
 		t.Run(string(x.s), func(t *testing.T) {
 			c := results.Cell{Backend: backend, Scenario: string(x.s), Property: string(spec.MutualExclusion), Expected: caps.Expect(x.s)}
 			if !x.ok {
@@ -94,6 +89,27 @@ func RunFaults(t *testing.T, h Harness) {
 			}
 		})
 	}
+}
+
+// primitiveFaults returns the fault scenarios of the primitives beyond the mutex
+// (each file of a primitive appends a maker in init). A maker returns nothing for a
+// backend that does not declare its primitive.
+func primitiveFaults(f *faults) []run {
+	var out []run
+	for _, m := range primitiveFaultMakers {
+		out = append(out, m(f)...)
+	}
+	return out
+}
+
+var primitiveFaultMakers []func(f *faults) []run
+
+// run is one scenario of RunFaults: its name, whether the harness enables it, and
+// the function that runs its trials and fills the cell.
+type run struct {
+	s  spec.Scenario
+	ok bool
+	fn func(*testing.T, *results.Cell)
 }
 
 type faults struct {

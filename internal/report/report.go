@@ -199,11 +199,15 @@ type matrix struct {
 // the fault matrix (backend × scenario), each in the suite's order.
 func (r *Report) matrices() []matrix {
 	conf := matrix{Title: "Conformance (backend × property)", Cell: map[[2]string]results.Cell{}}
+	prims := matrix{Title: "Primitives beyond the mutex (backend × property)", Cell: map[[2]string]results.Cell{}}
 	faults := matrix{Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]results.Cell{}}
 	for _, c := range r.Cells {
 		m, col := &faults, c.Scenario
-		if c.Scenario == "Conformance" {
+		switch {
+		case c.Scenario == "Conformance" && slices.Contains(spec.Properties, spec.Property(c.Property)):
 			m, col = &conf, c.Property
+		case c.Scenario == "Conformance":
+			m, col = &prims, c.Property
 		}
 		if !slices.Contains(m.Rows, c.Backend) {
 			m.Rows = append(m.Rows, c.Backend)
@@ -240,7 +244,7 @@ func (r *Report) matrices() []matrix {
 	order(conf.Cols, props)
 	order(faults.Cols, scen)
 	var out []matrix
-	for _, m := range []matrix{conf, faults} {
+	for _, m := range []matrix{conf, prims, faults} {
 		if len(m.Rows) > 0 {
 			out = append(out, m)
 		}
