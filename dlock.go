@@ -37,10 +37,11 @@ type Locker interface {
 	// TryAcquire makes one attempt; ErrNotAcquired if another owner holds key.
 	// Other errors are as for Acquire.
 	TryAcquire(ctx context.Context, key string, opts ...Option) (Lease, error)
-	// Close ends this client: leases it still holds are released (best effort, a short
-	// bounded wait) and end with ErrClosed; later calls return ErrClosed. Close is
-	// idempotent. A lease whose release did not reach the backend stays held there
-	// until its TTL or session ends.
+	// Close ends this client: waiting calls return ErrClosed, leases it still holds
+	// are released (best effort, within 1s) and end with ErrClosed, and the client's
+	// connections are closed; later calls return ErrClosed. Close returns within 2s
+	// even when the store does not answer, and is idempotent. A lease whose release
+	// did not reach the backend stays held there until its TTL or session ends.
 	Close() error
 }
 

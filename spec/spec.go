@@ -56,13 +56,14 @@ const (
 	ServerRestart     Scenario = "ServerRestart"     // [ServerRestarter] every server restarts while a lock is held
 	Failover          Scenario = "Failover"          // [Failoverer] a lagging replica is promoted while a lock is held
 	Partition         Scenario = "Partition"         // [Partitioner] the holder's link is blackholed
+	StoreHang         Scenario = "StoreHang"         // [Partitioner] the store stops answering a renewed lease's client: its Release, Close and Done stay bounded
 	QuorumLoss        Scenario = "QuorumLoss"        // [NodeStopper] a minority, then a majority of nodes stop
 	LeaderKill        Scenario = "LeaderKill"        // [LeaderKiller] the cluster leader dies under contention (no overlap; tokens keep increasing)
 	ClockJump         Scenario = "ClockJump"         // [ClockJumper] the server's clock jumps forward
 )
 
 // Scenarios lists every scenario in the order conformance.RunFaults runs them.
-var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, Partition, QuorumLoss, LeaderKill, ClockJump}
+var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, Partition, StoreHang, QuorumLoss, LeaderKill, ClockJump}
 
 // Status is the outcome of one property under one scenario on one backend, or what
 // a declaration expects it to be.

@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -144,6 +145,9 @@ func TestFenceRejectsStaleHolder(t *testing.T) {
 	write := func(l *etcdlock.Locker, ls dlock.Lease, v string) bool {
 		t.Helper()
 		cmp, err := l.Fence(ls)
+		if errors.Is(err, dlock.ErrNotHeld) && ls.Err() != nil {
+			return false // a lease the Locker has seen lost gets no comparison: refused here
+		}
 		if err != nil {
 			t.Fatalf("Fence: %v", err)
 		}
@@ -336,5 +340,61 @@ func TestWaitLongerThanTTL(t *testing.T) {
 	}
 	if !errors.Is(lb.Err(), dlock.ErrExpired) {
 		t.Errorf("Err = %v, want ErrExpired", lb.Err())
+	}
+}
+
+// TestTablesShrink: a Locker's tables do not grow with what it no longer holds: a
+// lease lost behind its holder's back leaves the held-lock table at once (before
+// its Done closes), and the idle-lease pool keeps at most 16 TTLs and drops leases
+// the server may have expired.
+func TestTablesShrink(t *testing.T) {
+	e := servertest.Etcd(t)
+	prefix := "/shrink-" + randHex(4)
+	admin := newClient(t, e.Endpoints())
+	l := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
+	defer l.Close()
+
+	ls, err := l.Acquire(ctxFor(t, 10*time.Second), "lost", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // past lossWatchDelay (50ms): the key is watched for loss
+	if _, err := admin.Delete(ctxFor(t, 10*time.Second), etcdlock.QueueName(prefix, "lost"), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ls.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease whose key was deleted did not end")
+	}
+	if n := etcdlock.HeldLocks(l); n != 0 {
+		t.Errorf("%d grants still in the held table after the only lease was lost", n)
+	}
+
+	for secs := 1; secs <= 20; secs++ {
+		ls, err := l.Acquire(ctxFor(t, 10*time.Second), fmt.Sprint("ttl", secs), dlock.WithTTL(time.Duration(secs)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := etcdlock.IdleLeaseBuckets(l); n > 16 {
+		t.Errorf("%d TTL buckets of idle leases after 20 TTLs, want at most 16", n)
+	}
+	// The 1s TTL's lease lasts 2s: once the server may have expired it, the next
+	// return to the pool drops its bucket.
+	time.Sleep(2500 * time.Millisecond)
+	before := etcdlock.IdleLeaseBuckets(l)
+	ls, err = l.Acquire(ctxFor(t, 10*time.Second), "again", dlock.WithTTL(2*time.Second)) // a bucket it keeps
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if after := etcdlock.IdleLeaseBuckets(l); after >= before {
+		t.Errorf("idle TTL buckets %d before and %d after the short leases expired: the pool did not shrink", before, after)
 	}
 }

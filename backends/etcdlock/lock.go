@@ -80,6 +80,20 @@ func (d *etcdDriver) heldKey(key string, token uint64) (string, bool) {
 	return name, ok
 }
 
+// forget drops a lock that ended (released or lost) from held.
+func (d *etcdDriver) forget(l *etcdLock) {
+	d.mu.Lock()
+	delete(d.held, heldID{l.key, uint64(l.rev)})
+	d.mu.Unlock()
+}
+
+// heldCount reports how many grants held keeps (for tests).
+func (d *etcdDriver) heldCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.held)
+}
+
 func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	queue := d.queue(key)
 	for retried := false; ; retried = true {
@@ -389,6 +403,7 @@ func (l *etcdLock) markLost(at int64) {
 		return
 	}
 	l.cause = fmt.Errorf("etcd key %s was deleted by revision %d (lease ended or key deleted)", l.name, at)
+	l.d.forget(l)
 	close(l.lost)
 }
 
@@ -463,9 +478,7 @@ func (l *etcdLock) Unlock(ctx context.Context) error {
 	}
 	l.released = true
 	l.stopWatch()
-	l.d.mu.Lock()
-	delete(l.d.held, heldID{l.key, uint64(l.rev)})
-	l.d.mu.Unlock()
+	l.d.forget(l)
 	if !resp.Succeeded {
 		return l.notHeld()
 	}

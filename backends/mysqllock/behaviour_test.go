@@ -495,3 +495,29 @@ func TestGetLockCloseEndsWaits(t *testing.T) {
 	}
 	waitFor(0)
 }
+
+// TestGetLockMaxConns: a GET_LOCK Locker keeps at most max_conns connections (one per
+// held or waiting lease); one more acquire fails at once with ErrUnavailable naming
+// the limit instead of taking another connection, and a release frees a slot.
+func TestGetLockMaxConns(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	l := mysqllock.NewGetLock(openDB(t, dsn, nil), mysqllock.WithMaxConns(2))
+	defer l.Close()
+	a := tryAcquire(t, l, "max-conns-a")
+	b := tryAcquire(t, l, "max-conns-b")
+	_, err := l.TryAcquire(ctxFor(t, 10*time.Second), "max-conns-c")
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "max_conns") {
+		t.Fatalf("a third lease on a Locker with max_conns=2: %v, want ErrUnavailable naming max_conns", err)
+	}
+	_, err = l.Acquire(ctxFor(t, 10*time.Second), "max-conns-a")
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("a waiting Acquire beyond max_conns: %v, want ErrUnavailable", err)
+	}
+	release(t, a)
+	c := tryAcquire(t, l, "max-conns-c")
+	release(t, b)
+	release(t, c)
+	if _, err := dlock.Open(ctxFor(t, 10*time.Second), "mysql+getlock://u@127.0.0.1:1/db?max_conns=0"); !errors.Is(err, dlock.ErrInvalidURL) {
+		t.Errorf("max_conns=0: %v, want ErrInvalidURL", err)
+	}
+}

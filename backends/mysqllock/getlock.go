@@ -23,8 +23,27 @@ const DefaultCheckInterval = time.Second
 type GetLockOption func(*getLockConfig)
 
 type getLockConfig struct {
-	check time.Duration
-	ownDB bool
+	check    time.Duration
+	maxConns int
+	ownDB    bool
+}
+
+// DefaultMaxConns is how many connections a GET_LOCK Locker uses at most without
+// WithMaxConns: each held or waiting lease keeps one. (MariaDB's and MySQL's own
+// max_connections default is 151, for every client of the server.)
+const DefaultMaxConns = 100
+
+// WithMaxConns sets the most connections the Locker keeps at once (default
+// DefaultMaxConns): one per held lease and one per waiting Acquire. An acquire that
+// would need one more fails at once with an error wrapping dlock.ErrUnavailable that
+// names the limit, rather than exhausting the server's max_connections. n <= 0 keeps
+// the default.
+func WithMaxConns(n int) GetLockOption {
+	return func(c *getLockConfig) {
+		if n > 0 {
+			c.maxConns = n
+		}
+	}
 }
 
 // WithCheckInterval sets how often a lease pings its connection to find out that it
@@ -66,7 +85,7 @@ func WithCheckInterval(d time.Duration) GetLockOption {
 // grant waiters of one lock in arrival order); a holder paused for longer than wait_timeout loses the
 // lock without knowing until it runs again; no fencing token protects against that.
 func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
-	c := getLockConfig{check: DefaultCheckInterval}
+	c := getLockConfig{check: DefaultCheckInterval, maxConns: DefaultMaxConns}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -76,7 +95,8 @@ func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
 }
 
 func newGetLockLocker(db *sql.DB, c getLockConfig) dlock.Locker {
-	return dlock.New(&getLockDriver{db: db, cfg: c}, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
+	d := &getLockDriver{db: db, cfg: c, conns: make(chan struct{}, c.maxConns)}
+	return dlock.New(d, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
 }
 
 // maxLockName is the longest name GET_LOCK accepts on MySQL 5.7 and later.
@@ -114,8 +134,9 @@ func plainName(key string) bool {
 }
 
 type getLockDriver struct {
-	db  *sql.DB
-	cfg getLockConfig
+	db    *sql.DB
+	cfg   getLockConfig
+	conns chan struct{} // a slot per connection held by a lease or a waiting acquire
 }
 
 var _ dldriver.Waiter = (*getLockDriver)(nil)
@@ -132,7 +153,17 @@ func (d *getLockDriver) Lock(ctx context.Context, key string, _ time.Duration) (
 // maxWait is the longest single GET_LOCK wait; a longer Acquire asks again.
 const maxWait = 24 * time.Hour
 
-func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dldriver.Lock, error) {
+func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk dldriver.Lock, err error) {
+	select {
+	case d.conns <- struct{}{}:
+	default:
+		return nil, fmt.Errorf("%w: mysql+getlock: all %d connections of this Locker hold or wait for a lock (max_conns)", dlock.ErrUnavailable, d.cfg.maxConns)
+	}
+	defer func() {
+		if lk == nil {
+			<-d.conns // no lease keeps the connection
+		}
+	}()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, d.waitErr(ctx, fmt.Errorf("mysqllock: connect: %w", err))
@@ -175,9 +206,9 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dld
 	if w := time.Duration(waitTimeout) * time.Second; w > 0 && check > w/3 {
 		check = w / 3
 	}
-	lk := &getLock{conn: conn, name: name, check: check, lost: make(chan struct{})}
-	lk.watch()
-	return lk, nil
+	l := &getLock{conn: conn, name: name, check: check, lost: make(chan struct{}), slot: d.conns}
+	l.watch()
+	return l, nil
 }
 
 // waitErr says why a wait ended: ctx ended (wrapped, as driver.Waiter asks), or err.
@@ -213,6 +244,7 @@ type getLock struct {
 	timer *time.Timer // the next check
 
 	lost chan struct{} // closed when the session is found gone
+	slot chan struct{} // the Locker's connection slots: one is freed when the connection goes
 }
 
 func (l *getLock) Token() uint64 { return 0 }
@@ -262,6 +294,7 @@ func (l *getLock) endLocked(cause error) {
 	l.cause = cause
 	l.timer.Stop()
 	discard(l.conn)
+	<-l.slot
 }
 
 func (l *getLock) Unlock(ctx context.Context) error {
@@ -286,5 +319,6 @@ func (l *getLock) Unlock(ctx context.Context) error {
 	l.ended = true
 	l.timer.Stop()
 	l.conn.Close()
+	<-l.slot
 	return nil
 }

@@ -22,9 +22,10 @@ const (
 	// required; the table (default DefaultTable) is created if absent.
 	Scheme = "mysql"
 	// GetLockScheme opens NewGetLock:
-	// mysql+getlock://user:pass@host:port/db?wait_timeout=30&check_interval=1s.
+	// mysql+getlock://user:pass@host:port/db?wait_timeout=30&check_interval=1s&max_conns=100.
 	// wait_timeout (whole seconds) is set on every connection: it is how long the
 	// server keeps the locks of a client that vanished without closing its connection.
+	// check_interval is WithCheckInterval, max_conns WithMaxConns.
 	GetLockScheme = "mysql+getlock"
 )
 
@@ -90,7 +91,7 @@ const defaultWaitTimeout = 8 * time.Hour
 // parseGetLock returns the driver configuration, the Locker's configuration and the
 // wait_timeout of a mysql+getlock:// URL.
 func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, error) {
-	q, err := dlock.ParseQuery(u, "wait_timeout", "check_interval")
+	q, err := dlock.ParseQuery(u, "wait_timeout", "check_interval", "max_conns")
 	if err != nil {
 		return nil, getLockConfig{}, 0, err
 	}
@@ -107,7 +108,12 @@ func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, erro
 		cfg.Params = map[string]string{"wait_timeout": v}
 		wait = time.Duration(n) * time.Second
 	}
-	c := getLockConfig{check: DefaultCheckInterval, ownDB: true}
+	c := getLockConfig{check: DefaultCheckInterval, maxConns: DefaultMaxConns, ownDB: true}
+	if v, ok := q["max_conns"]; ok {
+		if c.maxConns, err = strconv.Atoi(v); err != nil || c.maxConns < 1 {
+			return nil, getLockConfig{}, 0, fmt.Errorf("%w: max_conns=%q: want a number of connections >= 1", dlock.ErrInvalidURL, v)
+		}
+	}
 	if v, ok := q["check_interval"]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {

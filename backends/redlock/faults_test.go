@@ -96,7 +96,7 @@ func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conform
 		}
 		t.Cleanup(func() { p.Close() })
 		link = append(link, p)
-		c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		cs[i] = c
 	}

@@ -58,7 +58,7 @@ func addrs(rs []*servers.Redis) []string {
 func clients(t testing.TB, rs []*servers.Redis) []redis.UniversalClient {
 	cs := make([]redis.UniversalClient, len(rs))
 	for i, r := range rs {
-		c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+		c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		cs[i] = c
 	}

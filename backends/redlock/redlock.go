@@ -116,6 +116,11 @@ const MinTTL = 10 * time.Millisecond
 // panics when clients is empty or holds nil, and when two *redis.Client have the same
 // address: those are programming errors.
 //
+// Give clients with ContextTimeoutEnabled (as the redlock:// opener does): without
+// it go-redis ignores context deadlines on the socket, so a request to a master that
+// stops answering outlives its per-node timeout by up to the client's ReadTimeout,
+// and Release, Refresh and Close wait for it.
+//
 // Not guaranteed: see the package doc. Token is always 0.
 func New(clients []redis.UniversalClient, opts ...Option) dlock.Locker {
 	c := config{drift: driver.DefaultDrift}
