@@ -132,3 +132,16 @@ func ValidateTTL(ttl time.Duration) error {
 	}
 	return nil
 }
+
+// Deadline returns the local validity deadline of a lease that has a per-lease TTL:
+// the moment, on this process's monotonic clock, at which its Done closes unless a
+// refresh moves it (TTL minus the clock-drift allowance, counted from before the
+// request that last set the TTL). The store frees the lock no earlier. ok is false
+// for a lease that lasts as long as a session (ZooKeeper, GET_LOCK), and for a Lease
+// not made by this package. The deadline moves with every refresh; read it again.
+func Deadline(l Lease) (deadline time.Time, ok bool) {
+	if d, is := l.(interface{ Deadline() (time.Time, bool) }); is {
+		return d.Deadline()
+	}
+	return time.Time{}, false
+}
