@@ -30,11 +30,12 @@
 //	WeaknessReproducer declared weaknesses that need a fault of the harness's own
 //	URLer              HolderCrash, HolderPause, HolderPauseFenced (holders in child processes: call ChildMain)
 //	ServerRestarter    ServerRestart
-//	Failoverer         Failover
-//	Partitioner        Partition (with a Link per client)
+//	Failoverer         Failover, FailoverFencing
+//	Partitioner        Partition, StoreHang (with a Link per client)
 //	NodeStopper        QuorumLoss
-//	LeaderKiller       LeaderKill
+//	LeaderKiller       LeaderKill, LeaderKillLease
 //	ClockJumper        ClockJump
+//	NodeFaulter        ClockJumpBareMajority (Kleppmann's Redlock counterexample)
 //	Diagnoser          the store's state in the evidence of a scenario that went wrong
 //
 // With $DLOCK_REPORT_DIR set, Run and RunFaults also write their results there as

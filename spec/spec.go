@@ -59,11 +59,20 @@ const (
 	StoreHang         Scenario = "StoreHang"         // [Partitioner] the store stops answering a renewed lease's client: its Release, Close and Done stay bounded
 	QuorumLoss        Scenario = "QuorumLoss"        // [NodeStopper] a minority, then a majority of nodes stop
 	LeaderKill        Scenario = "LeaderKill"        // [LeaderKiller] the cluster leader dies under contention (no overlap; tokens keep increasing)
+	LeaderKillLease   Scenario = "LeaderKillLease"   // [LeaderKiller] the other fact of LeaderKill: a lease held across the kill is kept (held), or ends with Done (violated)
 	ClockJump         Scenario = "ClockJump"         // [ClockJumper] the server's clock jumps forward
+	// [NodeFaulter] Kleppmann's Redlock counterexample: a lease granted on a bare
+	// majority (two of five masters unreachable), then one of the three jumps its clock
+	// past the TTL, and another client asks.
+	ClockJumpBareMajority Scenario = "ClockJumpBareMajority"
+	// [Failoverer] consecutive grants across an asynchronous failover get strictly
+	// increasing fencing tokens (the property threatened: FencingMonotonic).
+	FailoverFencing Scenario = "FailoverFencing"
 )
 
 // Scenarios lists every scenario in the order conformance.RunFaults runs them.
-var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, Partition, StoreHang, QuorumLoss, LeaderKill, ClockJump}
+var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
+	Partition, StoreHang, QuorumLoss, LeaderKill, LeaderKillLease, ClockJump, ClockJumpBareMajority}
 
 // Status is the outcome of one property under one scenario on one backend, or what
 // a declaration expects it to be.
@@ -158,8 +167,9 @@ func (c Capabilities) Weak(p Property) bool { return slices.Contains(c.Weaknesse
 
 // Expect returns what the declaration predicts for scenario s: FaultOutcomes[s] if
 // set; otherwise Violated for HolderPause (no lease survives a pause of its holder
-// without a fenced resource), Held for HolderPauseFenced with Fencing and Violated
-// without, and Held for everything else.
+// without a fenced resource), NotApplicable for HolderPauseFenced and
+// FailoverFencing without Fencing (a backend whose tokens are all 0 cannot fence:
+// a fenced resource refuses token 0), and Held for everything else.
 func (c Capabilities) Expect(s Scenario) Status {
 	if st, ok := c.FaultOutcomes[s]; ok {
 		return st
@@ -167,11 +177,10 @@ func (c Capabilities) Expect(s Scenario) Status {
 	switch s {
 	case HolderPause:
 		return Violated
-	case HolderPauseFenced:
-		if c.Fencing {
-			return Held
+	case HolderPauseFenced, FailoverFencing:
+		if !c.Fencing {
+			return NotApplicable
 		}
-		return Violated
 	}
 	return Held
 }

@@ -132,7 +132,11 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated}}
 	if r.ack < 1 {
+		// A promoted replica that never saw the lock grants it again (Failover), and
+		// its fencing counter missed the increment: it hands the same token out
+		// again (FailoverFencing).
 		c.FaultOutcomes[spec.Failover] = spec.Violated
+		c.FaultOutcomes[spec.FailoverFencing] = spec.Violated
 	}
 	return c, nil
 }

@@ -42,8 +42,11 @@ func privateMasters(t testing.TB, n int, clock bool) []*servers.Redis {
 	if !clock {
 		return servertest.RedisMasters(t, n)
 	}
-	first := servertest.NewRedis(t, servers.RedisOptions{FakeTimeOffset: "+0"})
-	return append([]*servers.Redis{first}, servertest.RedisMasters(t, n-1)...)
+	rs := make([]*servers.Redis, n)
+	for i := range rs {
+		rs[i] = servertest.NewRedis(t, servers.RedisOptions{FakeTimeOffset: "+0"})
+	}
+	return rs
 }
 
 func addrs(rs []*servers.Redis) []string {

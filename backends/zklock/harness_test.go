@@ -115,8 +115,13 @@ func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
 }
 
 // url is the zk:// URL of the harness's root and session timeout on hosts.
+// A harness with timeout 0 opens URLs without session_timeout: the default.
 func (h *harness) url(hosts []string) string {
-	return fmt.Sprintf("zk://%s%s?session_timeout=%v", strings.Join(hosts, ","), h.root, h.timeout)
+	u := fmt.Sprintf("zk://%s%s", strings.Join(hosts, ","), h.root)
+	if h.timeout > 0 {
+		u += "?session_timeout=" + h.timeout.String()
+	}
+	return u
 }
 
 func (h *harness) Name() string { return h.name }

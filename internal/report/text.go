@@ -133,7 +133,9 @@ var abbrev = map[string]string{
 	"Close": "Close", "ConcurrentUse": "Concur", "DoneAndErr": "DoneEr", "NoGoroutineLeaks": "Leaks",
 	"HolderCrash": "Crash", "HolderPause": "Pause", "HolderPauseFenced": "PauseF",
 	"ServerRestart": "Restart", "Failover": "Failovr", "Partition": "Partit",
-	"QuorumLoss": "Quorum", "LeaderKill": "Leader", "ClockJump": "Clock",
+	"QuorumLoss": "Quorum", "LeaderKill": "Leader", "ClockJump": "Clock", "FIFO": "FIFO",
+	"StoreHang": "Hang", "FailoverFencing": "FoFence", "LeaderKillLease": "LdrLse",
+	"ClockJumpBareMajority": "Klepmnn",
 }
 
 func short(s string) string {
