@@ -44,6 +44,12 @@ var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, 
 	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
 	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
 
+// PrimitiveProperties lists the properties of the primitives beyond the mutex
+// (semaphores, read-write locks, elections, multi-key locks), which conformance.Run
+// checks where a backend declares the primitive; each primitive's file appends its
+// own in init.
+var PrimitiveProperties []Property
+
 // Scenario names a fault that conformance.RunFaults injects.
 type Scenario string
 
