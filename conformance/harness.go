@@ -94,8 +94,8 @@ type LeaderKiller interface {
 // on which nodes fail. Nodes are numbered from 0.
 type NodeFaulter interface {
 	Nodes() int
-	StopNode(t testing.TB, i int)                      // the node stops answering (killed)
-	StartNode(t testing.TB, i int)                     // it comes back (as a restart leaves it)
+	StopNode(t testing.TB, i int)                       // the node stops answering (killed)
+	StartNode(t testing.TB, i int)                      // it comes back (as a restart leaves it)
 	JumpNodeClock(t testing.TB, i int, d time.Duration) // its clock jumps forward by d
 }
 
