@@ -70,7 +70,7 @@ func parseURL(u *url.URL) (zkURL, error) {
 	return z, nil
 }
 
-// declare: fencing by the lock node's sequence number; locks last as long as the
+// declare: fencing by the lock node's creation zxid; locks last as long as the
 // session, which the ensemble ends session_timeout after it last heard from the
 // client (the ensemble may grant a timeout other than the one requested: within
 // 2 and 20 ticks); waiters queue by sequence (FIFO).
