@@ -208,7 +208,7 @@ func Check(file, md string, r *report.Report, identifiers map[string]bool) []Pro
 			continue
 		}
 		for _, m := range tickedRE.FindAllStringSubmatch(s.text, -1) {
-			if names[m[1]] {
+			if names[m[1]] && !methodNames[m[1]] {
 				out = append(out, Problem{file, fmt.Sprintf("a verdict on `%s` without a cell marker: %q", m[1], clip(s.text)), strings.Count(prose[:s.at], "\n") + 1})
 				break
 			}
@@ -216,6 +216,10 @@ func Check(file, md string, r *report.Report, identifiers map[string]bool) []Pro
 	}
 	return out
 }
+
+// methodNames are property names that are also methods of the API (`TryAcquire`,
+// `Refresh`, `Close`): a sentence about the method is no verdict on the property.
+var methodNames = map[string]bool{"TryAcquire": true, "Refresh": true, "Close": true}
 
 // looksLikeClaimName reports whether a backticked word reads as the name of a
 // property or scenario (two or more capitalized parts, like HolderCrash).
