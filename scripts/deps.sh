@@ -7,6 +7,10 @@
 # distribution's own daemons are not left running: internal/servers starts its own
 # servers on free loopback ports.
 #
+# With DLOCK_DEPS_DOCKER=1 (make deps-docker) it also installs the Docker path: docker.io
+# (dockerd, containerd, runc: started only by scripts/dockerd.sh, never as a system
+# service) and debootstrap (scripts/images.sh builds the CI's server images with it).
+#
 # Elsewhere: prints what to do instead (Docker: compose/ + DLOCK_*_ADDRS env vars).
 set -euo pipefail
 
@@ -15,6 +19,9 @@ set -euo pipefail
 # chromium (headless) renders the HTML report of `dlock compare` in the cmd/dlock tests.
 PKGS=(redis-server redis-tools mariadb-server zookeeper faketime docker-compose gcc libc6-dev chromium)
 SERVICES=(redis-server mariadb mysql zookeeper)
+if [ "${DLOCK_DEPS_DOCKER:-}" = 1 ]; then
+	PKGS+=(docker.io debootstrap)
+fi
 
 log() { printf 'deps: %s\n' "$*" >&2; }
 

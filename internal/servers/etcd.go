@@ -31,6 +31,7 @@ type Etcd struct {
 	mu      sync.Mutex
 	e       *embed.Etcd // nil while stopped
 	started bool        // data dir holds a member already
+	ctr     *EtcdProcess // with DLOCK_SERVERS=docker: the member, in a container (e stays nil)
 
 	closed closer
 }
@@ -70,6 +71,9 @@ func (e *Etcd) Embedded() *embed.Etcd {
 
 // Running reports whether the member is up (true for external servers).
 func (e *Etcd) Running() bool {
+	if e.ctr != nil {
+		return e.ctr.Running()
+	}
 	return e.External() || e.Embedded() != nil
 }
 
@@ -104,6 +108,30 @@ func (e *Etcd) config(state string) *embed.Config {
 	cfg.LogOutputs = []string{filepath.Join(e.dir, "etcd.log")}
 	cfg.SocketOpts.ReuseAddress = true
 	return cfg
+}
+
+// flags is config as the etcd command's flags (a member in a container), for a
+// member whose data directory holds it already when existing.
+func (e *Etcd) flags(existing bool) []string {
+	state := embed.ClusterStateFlagNew
+	if existing {
+		state = embed.ClusterStateFlagExisting
+	}
+	cfg := e.config(state)
+	return []string{
+		"--name=" + cfg.Name,
+		"--data-dir=" + cfg.Dir,
+		"--listen-client-urls=" + cfg.ListenClientUrls[0].String(),
+		"--advertise-client-urls=" + cfg.AdvertiseClientUrls[0].String(),
+		"--listen-peer-urls=" + cfg.ListenPeerUrls[0].String(),
+		"--initial-advertise-peer-urls=" + cfg.AdvertisePeerUrls[0].String(),
+		"--initial-cluster=" + cfg.InitialCluster,
+		"--initial-cluster-token=" + cfg.InitialClusterToken,
+		"--initial-cluster-state=" + cfg.ClusterState,
+		"--log-level=" + cfg.LogLevel,
+		"--log-outputs=" + strings.Join(cfg.LogOutputs, ","),
+		"--socket-reuse-address=true",
+	}
 }
 
 // launch starts the embedded server; it does not wait for readiness.
@@ -146,8 +174,14 @@ func (e *Etcd) waitReady(ctx context.Context) error {
 }
 
 // StartEtcd starts a single-member etcd in this process and waits until it
-// serves.
+// serves. With DLOCK_SERVERS=docker the member runs in a container of EtcdImage
+// instead (the etcd command, the same configuration).
 func StartEtcd(ctx context.Context) (*Etcd, error) {
+	if dockerOnly() {
+		if err := dockerAvailable(); err != nil {
+			return nil, fmt.Errorf("servers: %s=docker, but etcd cannot run in a container: %w", EnvServers, err)
+		}
+	}
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -156,6 +190,15 @@ func StartEtcd(ctx context.Context) (*Etcd, error) {
 	e, err := newEtcd(name, ports[0], ports[1], name+"=http://"+hostPort(ports[1]), "dlock-"+filepath.Base(os.TempDir()))
 	if err != nil {
 		return nil, err
+	}
+	if dockerOnly() {
+		e.ctr = newEtcdProcess(e, "")
+		if err := e.ctr.launch(ctx); err != nil {
+			e.ctr.Kill()
+			os.RemoveAll(e.dir)
+			return nil, err
+		}
+		return e, nil
 	}
 	if err := e.launch(); err != nil {
 		os.RemoveAll(e.dir)
@@ -173,6 +216,9 @@ func StartEtcd(ctx context.Context) (*Etcd, error) {
 func (e *Etcd) Stop() error {
 	if e.External() {
 		return ErrExternal
+	}
+	if e.ctr != nil {
+		return e.ctr.Stop()
 	}
 	e.mu.Lock()
 	srv := e.e
@@ -203,6 +249,12 @@ func (e *Etcd) Restart(ctx context.Context, keepData bool) error {
 		e.mu.Lock()
 		e.started = false
 		e.mu.Unlock()
+		if e.ctr != nil {
+			e.ctr.started = false
+		}
+	}
+	if e.ctr != nil {
+		return e.ctr.launch(ctx)
 	}
 	if err := e.launch(); err != nil {
 		return err

@@ -81,7 +81,11 @@ func (e *EtcdProcess) launch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.p.env = []string{etcdMemberEnv + "=" + string(spec)}
+	if e.p.inContainer() {
+		e.p.args = e.m.flags(e.started)
+	} else {
+		e.p.env = []string{etcdMemberEnv + "=" + string(spec)}
+	}
 	if err := e.p.start(); err != nil {
 		return err
 	}
@@ -114,6 +118,17 @@ func (e *EtcdProcess) waitServing(ctx context.Context) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// newEtcdProcess is member m as a process of this binary (re-executed as
+// EtcdMemberMain) or, with DLOCK_SERVERS=docker, as a container of EtcdImage.
+func newEtcdProcess(m *Etcd, self string) *EtcdProcess {
+	p := &proc{name: "etcd member " + m.name, path: self, args: []string{"-test.run=^$"}, dir: m.dir,
+		logPath: filepath.Join(m.dir, "process.log")}
+	if dockerOnly() {
+		p.name, p.path, p.image = "etcd "+m.name, "etcd", EtcdImage.Name()
+	}
+	return &EtcdProcess{m: m, p: p}
 }
 
 // Kill sends the member's process SIGKILL and waits for it to die. No-op when it
@@ -152,10 +167,18 @@ type EtcdCluster struct {
 
 // StartEtcdCluster starts n members, each in a process running this binary (which
 // must call EtcdMemberMain first thing), and waits until they agree on a leader.
+//
+// With DLOCK_SERVERS=docker each member is a container of EtcdImage instead,
+// running the etcd command with the same configuration.
 func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
+	}
+	if dockerOnly() {
+		if err := dockerAvailable(); err != nil {
+			return nil, fmt.Errorf("servers: %s=docker, but etcd cannot run in a container: %w", EnvServers, err)
+		}
 	}
 	members, err := newEtcdMembers(n)
 	if err != nil {
@@ -163,8 +186,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	}
 	c := &EtcdCluster{}
 	for _, m := range members {
-		c.Members = append(c.Members, &EtcdProcess{m: m, p: &proc{name: "etcd member " + m.name, path: self,
-			args: []string{"-test.run=^$"}, dir: m.dir, logPath: filepath.Join(m.dir, "process.log")}})
+		c.Members = append(c.Members, newEtcdProcess(m, self))
 	}
 	err = parallel(n, func(i int) error { return c.Members[i].launch(ctx) })
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,27 +178,41 @@ type fakeClock struct {
 }
 
 // newFakeClock prepares the environment that runs bin with its wall clock
-// shifted by d (spec is the same offset in libfaketime syntax). Monotonic
-// clocks stay real: only the wall clock moves, as with a wrong NTP setting.
-func newFakeClock(bin, dir string, d time.Duration, spec string) (*fakeClock, []string, error) {
+// shifted by d (spec is the same offset in libfaketime syntax), and the files a
+// container of image (when not "") must see. Monotonic clocks stay real: only the
+// wall clock moves, as with a wrong NTP setting.
+func newFakeClock(bin, image, dir string, d time.Duration, spec string) (*fakeClock, []string, []string, error) {
 	fc := &fakeClock{file: filepath.Join(dir, "clock-offset")}
+	if image != "" {
+		if err := ContainerClockSupported(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	shim, err := clockShimPath()
 	if err == nil {
 		fc.shim = true
 		if err := fc.set(d, spec); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return fc, []string{"LD_PRELOAD=" + shim, "DLOCK_CLOCK_FILE=" + fc.file}, nil
+		var mounts []string
+		if image != "" {
+			mounts = []string{shim}
+		}
+		return fc, []string{"LD_PRELOAD=" + shim, "DLOCK_CLOCK_FILE=" + fc.file}, mounts, nil
+	}
+	if image != "" {
+		// libfaketime would have to be in the image: only the shim is brought in.
+		return nil, nil, nil, err
 	}
 	if linksJemalloc(bin) {
-		return nil, nil, fmt.Errorf("%s uses jemalloc, which libfaketime cannot run: %w", bin, err)
+		return nil, nil, nil, fmt.Errorf("%s uses jemalloc, which libfaketime cannot run: %w", bin, err)
 	}
 	lib, lerr := libfaketimePath()
 	if lerr != nil {
-		return nil, nil, errors.Join(err, lerr)
+		return nil, nil, nil, errors.Join(err, lerr)
 	}
 	if err := fc.set(d, spec); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// The offset file is re-read at most once a second.
 	return fc, []string{
@@ -206,7 +221,22 @@ func newFakeClock(bin, dir string, d time.Duration, spec string) (*fakeClock, []
 		"FAKETIME_TIMESTAMP_FILE=" + fc.file,
 		"FAKETIME_CACHE_DURATION=1",
 		"FAKETIME_DONT_FAKE_MONOTONIC=1",
-	}, nil
+	}, nil, nil
+}
+
+// ErrClockNotShiftable is returned where a server's clock cannot be shifted: a
+// server in a container whose kernel is not this machine's (the clock shim is a
+// Linux shared object built here, loaded by the server in its container).
+var ErrClockNotShiftable = errors.New("servers: the clock of a server in a container can be shifted only when this machine runs Linux (the shim is a shared object built here and loaded in the container)")
+
+// ContainerClockSupported reports, as nil or ErrClockNotShiftable, whether servers
+// in containers can have their clocks shifted (RedisOptions.FakeTimeOffset,
+// ShiftClock) here.
+func ContainerClockSupported() error {
+	if runtime.GOOS != "linux" {
+		return ErrClockNotShiftable
+	}
+	return nil
 }
 
 // set writes a new offset; the process picks it up within 10ms (shim) or 1s

@@ -54,8 +54,8 @@ func externalMySQL(dsn string) (*MySQL, error) {
 }
 
 var mariadbTemplate struct {
-	mu  sync.Mutex
-	dir string
+	mu   sync.Mutex
+	dirs map[string]string // by image ("": the local binary)
 }
 
 // mariadbInstallArgs are the mariadb-install-db flags after --datadir.
@@ -67,35 +67,52 @@ var mariadbInstallArgs = []string{"--user=root", "--auth-root-authentication-met
 // made once per machine and MariaDB build, in the user cache directory
 // ($XDG_CACHE_HOME/dlock or ~/.cache/dlock), keyed by the mariadbd binary and
 // the install flags; delete that directory to rebuild it.
-func mariadbTemplateDir(ctx context.Context, mariadbd string) (string, error) {
+//
+// For servers in containers (image not "") the template is made by the image's own
+// mariadb-install-db, in a container, and keyed by the image's content.
+func mariadbTemplateDir(ctx context.Context, mariadbd, image string) (string, error) {
 	t := &mariadbTemplate
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.dir != "" {
-		return t.dir, nil
-	}
-	install, err := lookPath("mariadb-install-db")
-	if err != nil {
-		install, err = lookPath("mysql_install_db")
-	}
-	if err != nil {
-		return "", missing("mariadb-install-db", "mariadb-server")
-	}
-	st, err := os.Stat(mariadbd)
-	if err != nil {
-		return "", err
+	if d := t.dirs[image]; d != "" {
+		return d, nil
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s|%d|%d|%s|%s", mariadbd, st.Size(), st.ModTime().UnixNano(), install, strings.Join(mariadbInstallArgs, " "))
+	var install string
+	if image != "" {
+		content, err := imageContent(image)
+		if err != nil {
+			return "", err
+		}
+		install = "mariadb-install-db"
+		fmt.Fprintf(h, "image %s|%s", content, strings.Join(mariadbInstallArgs, " "))
+	} else {
+		var err error
+		install, err = lookPath("mariadb-install-db")
+		if err != nil {
+			install, err = lookPath("mysql_install_db")
+		}
+		if err != nil {
+			return "", missing("mariadb-install-db", "mariadb-server")
+		}
+		st, err := os.Stat(mariadbd)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s|%d|%d|%s|%s", mariadbd, st.Size(), st.ModTime().UnixNano(), install, strings.Join(mariadbInstallArgs, " "))
+	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
 	}
 	root := filepath.Join(cache, "dlock")
 	final := filepath.Join(root, fmt.Sprintf("mariadb-template-%x", h.Sum(nil)[:8]))
+	if t.dirs == nil {
+		t.dirs = map[string]string{}
+	}
 	if _, err := os.Stat(filepath.Join(final, "complete")); err == nil {
-		t.dir = filepath.Join(final, "data")
-		return t.dir, nil
+		t.dirs[image] = filepath.Join(final, "data")
+		return t.dirs[image], nil
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", err
@@ -106,11 +123,17 @@ func mariadbTemplateDir(ctx context.Context, mariadbd string) (string, error) {
 	}
 	defer os.RemoveAll(tmp) // no-op once renamed
 	args := append([]string{"--no-defaults", "--datadir=" + filepath.Join(tmp, "data")}, mariadbInstallArgs...)
-	cmd := exec.CommandContext(ctx, install, args...)
-	cmd.SysProcAttr = childAttr()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("mariadb-install-db: %w\n%s", err, tail(string(out), 25))
+	if image != "" {
+		if _, err := runContainerOnce(ctx, "mariadb-install-db", image, append([]string{install}, args...), tmp); err != nil {
+			return "", err
+		}
+	} else {
+		cmd := exec.CommandContext(ctx, install, args...)
+		cmd.SysProcAttr = childAttr()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("mariadb-install-db: %w\n%s", err, tail(string(out), 25))
+		}
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644); err != nil {
 		return "", err
@@ -121,21 +144,27 @@ func mariadbTemplateDir(ctx context.Context, mariadbd string) (string, error) {
 			return "", err
 		}
 	}
-	t.dir = filepath.Join(final, "data")
-	return t.dir, nil
+	t.dirs[image] = filepath.Join(final, "data")
+	return t.dirs[image], nil
 }
 
 // StartMySQL starts a MariaDB server on a free loopback port, in a temporary
 // copy of an initialised data directory, and waits until it answers a ping.
 func StartMySQL(ctx context.Context) (*MySQL, error) {
-	bin, err := lookPath("mariadbd")
+	bin, image, err := command("mariadbd", MariaDBImage, func() (string, error) {
+		bin, err := lookPath("mariadbd")
+		if err != nil {
+			bin, err = lookPath("mysqld")
+		}
+		if err != nil {
+			return "", missing("mariadbd", "mariadb-server")
+		}
+		return bin, nil
+	})
 	if err != nil {
-		bin, err = lookPath("mysqld")
+		return nil, err
 	}
-	if err != nil {
-		return nil, missing("mariadbd", "mariadb-server")
-	}
-	tmpl, err := mariadbTemplateDir(ctx, bin)
+	tmpl, err := mariadbTemplateDir(ctx, bin, image)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +209,7 @@ func StartMySQL(ctx context.Context) (*MySQL, error) {
 			},
 			dir:     dir,
 			logPath: filepath.Join(dir, "mariadb.log"),
+			image:   image,
 		}
 		err = m.p.startReady(ctx, m.ready)
 		if err == nil {
@@ -298,7 +328,7 @@ func (m *MySQL) Restart(ctx context.Context, keepData bool) error {
 		return err
 	}
 	if !keepData {
-		tmpl, err := mariadbTemplateDir(ctx, m.p.path)
+		tmpl, err := mariadbTemplateDir(ctx, m.p.path, m.p.image)
 		if err != nil {
 			return err
 		}

@@ -137,26 +137,49 @@ type proc struct {
 	env     []string // appended to os.Environ()
 	dir     string   // working directory
 	logPath string   // stdout+stderr of every run, appended
+	// image, when set, runs the command line in a container of this image instead
+	// of on this machine (docker.go): path is then the command inside the image,
+	// dir is mounted at its own path, and so are mounts (read-only).
+	image  string
+	mounts []string
 
 	mu      sync.Mutex
-	cmd     *exec.Cmd
+	cmd     *exec.Cmd     // the current run of a local process
+	ctrID   string        // the current run of a container
 	done    chan struct{} // closed when the current run has exited
 	waitErr error
 	paused  bool
 }
 
+// inContainer reports whether the proc runs in a container.
+func (p *proc) inContainer() bool { return p.image != "" }
+
 // start launches the process. It does not wait for readiness.
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd != nil && !isClosed(p.done) {
+	if p.done != nil && !isClosed(p.done) {
 		return fmt.Errorf("%s: already running", p.name)
 	}
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(logf, "\n=== %s start %s: %s %s\n", time.Now().Format(time.RFC3339Nano), p.name, p.path, strings.Join(p.args, " "))
+	where := ""
+	if p.inContainer() {
+		where = " (container of " + p.image + ")"
+	}
+	fmt.Fprintf(logf, "\n=== %s start %s%s: %s %s\n", time.Now().Format(time.RFC3339Nano), p.name, where, p.path, strings.Join(p.args, " "))
+	if p.inContainer() {
+		done, err := p.startContainer(logf)
+		if err != nil {
+			fmt.Fprintf(logf, "=== %v\n", err)
+			logf.Close()
+			return err
+		}
+		p.done, p.paused, p.waitErr = done, false, nil
+		return nil
+	}
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir = p.dir
 	cmd.Env = append(os.Environ(), p.env...)
@@ -198,11 +221,12 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-// running reports whether the current run is alive, and its done channel.
+// state returns the current run's process (nil in a container), its done
+// channel, and whether it is alive.
 func (p *proc) state() (cmd *exec.Cmd, done chan struct{}, alive bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd, p.done, p.cmd != nil && !isClosed(p.done)
+	return p.cmd, p.done, p.done != nil && !isClosed(p.done)
 }
 
 // exited returns the done channel of the current run (closed when not running).
@@ -234,7 +258,13 @@ func (p *proc) kill() error {
 	if !alive {
 		return nil
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if p.inContainer() {
+		if err := p.killContainer(); err != nil {
+			return err
+		}
+	} else {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	select {
 	case <-done:
 		return nil
@@ -250,8 +280,16 @@ func (p *proc) stop(grace time.Duration) error {
 	if !alive {
 		return nil
 	}
-	_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	if p.inContainer() {
+		// The engine waits the grace period, then kills.
+		if err := p.stopContainer(grace); err != nil {
+			return err
+		}
+		grace = 30 * time.Second
+	} else {
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	}
 	select {
 	case <-done:
 		return nil
@@ -264,6 +302,19 @@ func (p *proc) stop(grace time.Duration) error {
 // is really stopped (SIGSTOP is asynchronous: a request sent right after
 // kill(2) could otherwise still be served).
 func (p *proc) pause() error {
+	if p.inContainer() {
+		// The freezer: the engine answers once every task of the container is frozen.
+		if _, _, alive := p.state(); !alive {
+			return ErrNotRunning
+		}
+		if err := p.pauseContainer(); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.paused = true
+		p.mu.Unlock()
+		return nil
+	}
 	if err := p.signalGroup(syscall.SIGSTOP); err != nil {
 		return err
 	}
@@ -307,7 +358,14 @@ func allThreadsStopped(pid int) bool {
 }
 
 func (p *proc) resume() error {
-	if err := p.signalGroup(syscall.SIGCONT); err != nil {
+	if p.inContainer() {
+		if _, _, alive := p.state(); !alive {
+			return ErrNotRunning
+		}
+		if err := p.resumeContainer(); err != nil {
+			return err
+		}
+	} else if err := p.signalGroup(syscall.SIGCONT); err != nil {
 		return err
 	}
 	p.mu.Lock()

@@ -90,7 +90,7 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 	default:
 		return nil, fmt.Errorf("servers: RedisOptions.AOF %q: want \"\", \"everysec\" or \"always\"", o.AOF)
 	}
-	bin, err := redisBinary()
+	bin, image, err := command("redis-server", RedisImage, redisBinary)
 	if err != nil {
 		return nil, err
 	}
@@ -99,11 +99,11 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 		return nil, err
 	}
 	r := &Redis{dir: dir, opts: o, cluster: cluster}
-	var env []string
+	var env, mounts []string
 	if o.FakeTimeOffset != "" {
 		d, spec, err := parseFakeOffset(o.FakeTimeOffset)
 		if err == nil {
-			r.fake, env, err = newFakeClock(bin, dir, d, spec)
+			r.fake, env, mounts, err = newFakeClock(bin, image, dir, d, spec)
 		}
 		if err != nil {
 			os.RemoveAll(dir)
@@ -128,6 +128,8 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 			dir:     dir,
 			env:     env,
 			logPath: filepath.Join(dir, "redis.log"),
+			image:   image,
+			mounts:  mounts,
 		}
 		r.p.args = r.args(replicaOf)
 		err = r.p.startReady(ctx, r.ready)
@@ -536,12 +538,8 @@ func StartRedisCluster(ctx context.Context, masters int) (*RedisCluster, error) 
 	if masters < 3 {
 		return nil, fmt.Errorf("servers: a Redis cluster needs at least 3 masters, got %d", masters)
 	}
-	cli, err := lookPath("redis-cli")
-	if err != nil {
-		return nil, missing("redis-cli", "redis-tools")
-	}
 	c := &RedisCluster{Nodes: make([]*Redis, masters)}
-	err = parallel(masters, func(i int) error {
+	err := parallel(masters, func(i int) error {
 		r, err := startRedis(ctx, RedisOptions{}, true, "")
 		c.Nodes[i] = r
 		return err
@@ -552,10 +550,9 @@ func StartRedisCluster(ctx context.Context, masters int) (*RedisCluster, error) 
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
-	if err != nil {
+	if err := redisCLI(ctx, c.Nodes[0], args); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
+		return nil, err
 	}
 	if err := c.WaitOK(ctx); err != nil {
 		c.Close()
@@ -593,4 +590,22 @@ func (c *RedisCluster) WaitOK(ctx context.Context) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// redisCLI runs redis-cli with args: the local one, or in a container of the image
+// that node runs from.
+func redisCLI(ctx context.Context, node *Redis, args []string) error {
+	if node.p.inContainer() {
+		_, err := runContainerOnce(ctx, "redis-cli", node.p.image, append([]string{"redis-cli"}, args...), node.dir)
+		return err
+	}
+	cli, err := lookPath("redis-cli")
+	if err != nil {
+		return missing("redis-cli", "redis-tools")
+	}
+	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redis-cli %s: %w\n%s", strings.Join(args[:2], " "), err, out)
+	}
+	return nil
 }

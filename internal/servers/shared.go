@@ -169,4 +169,5 @@ func Shutdown() {
 	for _, f := range fs {
 		f()
 	}
+	closeDocker()
 }

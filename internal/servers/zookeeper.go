@@ -93,9 +93,17 @@ func zkJava() (java, classpath string, err error) {
 type zkPorts struct{ client, peer, election int }
 
 func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, error) {
-	java, cp, err := zkJava()
+	var cp string
+	java, image, err := command("java", ZooKeeperImage, func() (string, error) {
+		java, c, err := zkJava()
+		cp = c
+		return java, err
+	})
 	if err != nil {
 		return nil, err
+	}
+	if image != "" {
+		cp = ZooKeeperClassPath.Name()
 	}
 	dir, err := tempDir("zookeeper")
 	if err != nil {
@@ -144,6 +152,7 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, err
 		},
 		dir:     dir,
 		logPath: filepath.Join(dir, "zookeeper.log"),
+		image:   image,
 	}
 	return z, nil
 }

@@ -35,7 +35,7 @@ func Main(m *testing.M) {
 
 // Finish ends a test binary that used these servers: it stops the shared servers,
 // fails the run (code 1) if a child process it started is still running — killing
-// it — or, when the tests passed, if goroutines are left running (go.uber.org/goleak,
+// it — or a container it started still exists — removing it — or, when the tests passed, if goroutines are left running (go.uber.org/goleak,
 // with leakOpts). It returns the exit code. TestMains that must do something between
 // m.Run and the end call it themselves: os.Exit(servertest.Finish(code)).
 func Finish(code int, leakOpts ...goleak.Option) int {
@@ -50,6 +50,13 @@ func Finish(code int, leakOpts ...goleak.Option) int {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+		if code == 0 {
+			code = 1
+		}
+	}
+	if left := servers.Containers(true); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "servertest: %d container(s) still there after the tests; removed: %s\n",
+			len(left), strings.Join(left, " "))
 		if code == 0 {
 			code = 1
 		}
