@@ -29,8 +29,8 @@ type Etcd struct {
 	ext     []string
 
 	mu      sync.Mutex
-	e       *embed.Etcd // nil while stopped
-	started bool        // data dir holds a member already
+	e       *embed.Etcd  // nil while stopped
+	started bool         // data dir holds a member already
 	ctr     *EtcdProcess // with DLOCK_SERVERS=docker: the member, in a container (e stays nil)
 
 	closed closer
