@@ -2,7 +2,7 @@
 GO ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: all deps test vet unit bench compare docs compose-config compose-up compose-down
+.PHONY: all deps deps-docker test test-docker vet unit bench compare docs compose-config compose-up compose-down
 
 all: test
 
@@ -10,6 +10,11 @@ all: test
 # faketime, docker-compose) when apt-get is there, and says what to do elsewhere.
 deps:
 	bash scripts/deps.sh
+
+# deps-docker adds the container path's tools: docker.io (dockerd, containerd) and
+# debootstrap (scripts/images.sh).
+deps-docker:
+	DLOCK_DEPS_DOCKER=1 bash scripts/deps.sh
 
 vet:
 	$(GO) vet ./...
@@ -20,6 +25,15 @@ vet:
 test: deps vet
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -timeout 10m -run 'TestFaults/ensemble' ./backends/zklock/
+
+# test-docker: the container path (what CI runs after make test): a private Docker
+# engine (scripts/dockerd.sh: no bridge, no firewall rules, stopped at the end), CI's
+# server image built from Debian's packages (scripts/images.sh, cached in
+# /var/cache/dlock-images), then internal/servers' tests, the conformance suite and
+# the fault campaign of every backend on servers in containers, and the conformance
+# suite on the compose stack (scripts/test-docker.sh).
+test-docker: deps-docker
+	bash scripts/dockerd.sh bash scripts/test-docker.sh
 
 # unit: the fast tests that need no server (the in-memory backend and the suite itself).
 unit:
@@ -42,8 +56,11 @@ docs:
 compose-config:
 	docker-compose -f compose/docker-compose.yml config -q
 
+# compose-up/down: the servers of compose/ on this machine's Docker engine (compose v2,
+# or docker-compose v1 where the plugin is missing); then `. compose/env.sh`.
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 compose-up:
-	docker compose -f compose/docker-compose.yml up -d
+	$(COMPOSE) -f compose/docker-compose.yml up -d
 
 compose-down:
-	docker compose -f compose/docker-compose.yml down -v
+	$(COMPOSE) -f compose/docker-compose.yml down -v

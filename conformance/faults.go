@@ -54,6 +54,10 @@ func RunFaults(t *testing.T, h Harness) {
 	_, leader := h.(LeaderKiller)
 	_, clock := h.(ClockJumper)
 	_, nodeFaults := h.(NodeFaulter)
+	var unavailable map[spec.Scenario]string
+	if l, ok := h.(FaultLimiter); ok {
+		unavailable = l.UnavailableFaults()
+	}
 	for _, x := range append([]run{
 		{spec.HolderCrash, url, f.holderCrash},
 		{spec.HolderPause, url, func(t *testing.T, c *results.Cell) { f.holderPause(t, c, false) }},
@@ -71,6 +75,11 @@ func RunFaults(t *testing.T, h Harness) {
 	}, primitiveFaults(f)...) {
 		t.Run(string(x.s), func(t *testing.T) {
 			c := results.Cell{Backend: backend, Scenario: string(x.s), Property: string(spec.MutualExclusion), Expected: caps.Expect(x.s)}
+			if reason, ok := unavailable[x.s]; ok && x.ok {
+				c.Status, c.Expected, c.Evidence = spec.NotApplicable, spec.NotApplicable, []string{"not applicable here: " + reason}
+				f.add(c)
+				t.Skipf("%s: not applicable here: %s", x.s, reason)
+			}
 			if !x.ok || c.Expected == spec.NotApplicable {
 				c.Status, c.Expected = spec.NotApplicable, spec.NotApplicable
 				f.add(c)

@@ -111,3 +111,12 @@ type ClockJumper interface {
 type Diagnoser interface {
 	Diagnose(t testing.TB, key string) string
 }
+
+// FaultLimiter is implemented by a harness that cannot inject some of the faults its
+// interfaces offer where it runs now (e.g. a server's clock, when the servers run in
+// containers on a kernel other than this machine's). RunFaults does not run the
+// scenarios named in the map: each is skipped and reported not applicable, its
+// reason in the skip message and in the cell's evidence.
+type FaultLimiter interface {
+	UnavailableFaults() map[spec.Scenario]string
+}

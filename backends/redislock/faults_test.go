@@ -30,7 +30,8 @@ const ackTimeout = time.Second // WAIT answers in ~1ms when the replica is in sy
 // faultHarness runs New on private servers that it can restart, fail over, cut
 // off and make jump in time. Its clients dial whichever server is the master now.
 type faultHarness struct {
-	cfg faultConfig
+	cfg     faultConfig
+	noClock error // why cfg.clock could not be honoured here (nil: it was, or was not asked)
 
 	mu      sync.Mutex
 	master  *servers.Redis
@@ -40,6 +41,11 @@ type faultHarness struct {
 
 func newFaultHarness(t testing.TB, cfg faultConfig) *faultHarness {
 	h := &faultHarness{cfg: cfg}
+	if cfg.clock {
+		if h.noClock = servers.RedisClockShiftable(); h.noClock != nil {
+			h.cfg.clock = false
+		}
+	}
 	h.start(t)
 	t.Cleanup(h.close)
 	return h
@@ -215,9 +221,19 @@ func (h *faultHarness) Name() string {
 	return "redis"
 }
 
-func (s singleFaults) Name() string                            { return s.h.Name() }
-func (f failoverFaults) Name() string                          { return f.h.Name() }
-func (r restartFaults) Name() string                           { return r.h.Name() }
+func (s singleFaults) Name() string   { return s.h.Name() }
+func (f failoverFaults) Name() string { return f.h.Name() }
+func (r restartFaults) Name() string  { return r.h.Name() }
+
+// UnavailableFaults: the clock jump, where the server's clock cannot be shifted
+// (a server in a container on another kernel).
+func (s singleFaults) UnavailableFaults() map[spec.Scenario]string {
+	if s.h.noClock == nil {
+		return nil
+	}
+	return map[spec.Scenario]string{spec.ClockJump: s.h.noClock.Error()}
+}
+
 func (s singleFaults) NewLocker(t testing.TB) dlock.Locker     { return s.h.NewLocker(t) }
 func (s singleFaults) Capabilities() spec.Capabilities         { return s.h.Capabilities() }
 func (s singleFaults) URL(t testing.TB) string                 { return s.h.URL(t) }

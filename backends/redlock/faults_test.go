@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // faultHarness runs New on 5 private masters that it can stop, restart, cut off and
@@ -22,11 +23,22 @@ type faultHarness struct {
 	mu      sync.Mutex
 	stopped []bool
 	offsets []time.Duration // each master's clock offset
+	noClock error           // why the masters' clocks cannot be shifted here (nil: they can)
 }
 
 func newFaultHarness(t *testing.T) *faultHarness {
-	rs := privateMasters(t, masters, true)
-	return &faultHarness{harness: harness{rs: rs}, stopped: make([]bool, len(rs)), offsets: make([]time.Duration, len(rs))}
+	noClock := servers.RedisClockShiftable()
+	rs := privateMasters(t, masters, noClock == nil)
+	return &faultHarness{harness: harness{rs: rs}, stopped: make([]bool, len(rs)), offsets: make([]time.Duration, len(rs)), noClock: noClock}
+}
+
+// UnavailableFaults: the clock scenarios, where the masters' clocks cannot be
+// shifted (servers in containers on another kernel).
+func (h *faultHarness) UnavailableFaults() map[spec.Scenario]string {
+	if h.noClock == nil {
+		return nil
+	}
+	return map[spec.Scenario]string{spec.ClockJump: h.noClock.Error(), spec.ClockJumpBareMajority: h.noClock.Error()}
 }
 
 // URL is how a child process opens the same backend.

@@ -252,3 +252,16 @@ func (fc *fakeClock) set(d time.Duration, spec string) error {
 	}
 	return os.Rename(tmp, fc.file)
 }
+
+// RedisClockShiftable reports, as nil or the reason, whether a Redis started now
+// could be given a shiftable clock (RedisOptions.FakeTimeOffset, ShiftClock): the
+// local binary can (or its start-up says what is missing); a Redis in a container
+// can when ContainerClockSupported. Fault harnesses use it to report the clock
+// scenarios not applicable, with the reason, instead of failing.
+func RedisClockShiftable() error {
+	_, image, err := command("redis-server", RedisImage, redisBinary)
+	if err != nil || image == "" {
+		return nil
+	}
+	return ContainerClockSupported()
+}

@@ -2,9 +2,11 @@ package servers
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Environment variables naming servers to use instead of starting them.
@@ -74,48 +76,102 @@ func registerCleanup(f func()) {
 }
 
 // SharedRedis returns the process-wide Redis: the first DLOCK_REDIS_ADDRS
-// address, else a local redis-server started on first use. Callers must not
-// fault it and must use unique keys.
+// address, else a redis-server (local, or in a container) started on first use.
+// Callers must not fault it and must use unique keys. An address from the
+// environment is waited for until it answers PING (bounded by ctx, or
+// DefaultStartTimeout): servers just brought up by compose are still starting.
 func SharedRedis(ctx context.Context) (*Redis, error) {
 	return sharedRedis.get(func() (*Redis, error) {
 		if a := envList(EnvRedisAddrs); len(a) > 0 {
-			return externalRedis(a[0]), nil
+			r := externalRedis(a[0])
+			return r, waitExternal(ctx, EnvRedisAddrs, r.ready)
 		}
 		return StartRedis(ctx, RedisOptions{})
 	})
 }
 
-// SharedMySQL returns the process-wide MySQL server: DLOCK_MYSQL_DSN, else a
-// local MariaDB started on first use. Use NewDatabase for a private database.
+// SharedMySQL returns the process-wide MySQL server: DLOCK_MYSQL_DSN (waited for
+// until it answers a ping), else a MariaDB (local, or in a container) started on
+// first use. Use NewDatabase for a private database.
 func SharedMySQL(ctx context.Context) (*MySQL, error) {
 	return sharedMySQL.get(func() (*MySQL, error) {
 		if dsn := os.Getenv(EnvMySQLDSN); dsn != "" {
-			return externalMySQL(dsn)
+			m, err := externalMySQL(dsn)
+			if err != nil {
+				return nil, err
+			}
+			return m, waitExternal(ctx, EnvMySQLDSN, m.ready)
 		}
 		return StartMySQL(ctx)
 	})
 }
 
-// SharedZooKeeper returns the process-wide ZooKeeper: DLOCK_ZK_ADDRS, else a
-// local standalone server started on first use.
+// SharedZooKeeper returns the process-wide ZooKeeper: DLOCK_ZK_ADDRS (waited for
+// until every address serves: an ensemble has a quorum), else a standalone server
+// (local, or in a container) started on first use.
 func SharedZooKeeper(ctx context.Context) (*ZooKeeper, error) {
 	return sharedZK.get(func() (*ZooKeeper, error) {
 		if a := envList(EnvZKAddrs); len(a) > 0 {
-			return externalZooKeeper(a), nil
+			z := externalZooKeeper(a)
+			return z, waitExternal(ctx, EnvZKAddrs, func(ctx context.Context) error {
+				for _, addr := range a {
+					if _, err := (&ZooKeeper{addr: addr}).Mode(ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		}
 		return StartZooKeeper(ctx)
 	})
 }
 
-// SharedEtcd returns the process-wide etcd: DLOCK_ETCD_ADDRS, else a single
-// member embedded in this process, started on first use.
+// SharedEtcd returns the process-wide etcd: DLOCK_ETCD_ADDRS (waited for until
+// every endpoint reports a leader), else a single member embedded in this process
+// (in a container with DLOCK_SERVERS=docker), started on first use.
 func SharedEtcd(ctx context.Context) (*Etcd, error) {
 	return sharedEtcd.get(func() (*Etcd, error) {
 		if a := envList(EnvEtcdAddrs); len(a) > 0 {
-			return externalEtcd(a), nil
+			return externalEtcd(a), waitExternal(ctx, EnvEtcdAddrs, func(ctx context.Context) error {
+				cli, err := etcdAdmin(a)
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				for _, ep := range a {
+					st, err := cli.Status(ctx, ep)
+					if err != nil {
+						return err
+					}
+					if st.Leader == 0 {
+						return fmt.Errorf("etcd %s: no leader", ep)
+					}
+				}
+				return nil
+			})
 		}
 		return StartEtcd(ctx)
 	})
+}
+
+// waitExternal polls check until a server named by the environment variable env
+// answers, or ctx (DefaultStartTimeout without a deadline) ends.
+func waitExternal(ctx context.Context, env string, check func(ctx context.Context) error) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		err := check(cctx)
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("servers: the server in %s does not answer: %w (last: %v)", env, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // RedisMastersFromEnv returns n external masters from DLOCK_REDLOCK_ADDRS, or

@@ -1,0 +1,171 @@
+package servers
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+)
+
+// needEngine skips t without a Docker engine, unless DLOCK_SERVERS=docker asks for
+// one: then it fails.
+func needEngine(t *testing.T) client.APIClient {
+	t.Helper()
+	_, cli, err := dockerEngine()
+	if err != nil {
+		if dockerOnly() {
+			t.Fatalf("%s=docker: %v", EnvServers, err)
+		}
+		t.Skipf("no Docker engine: %v", err)
+	}
+	return cli
+}
+
+func TestSourceFor(t *testing.T) {
+	missingBin := func() error { return missing("redis-server", "redis-server") }
+	installed := func() error { return nil }
+
+	t.Setenv(EnvServers, "podman")
+	if _, err := sourceFor("redis-server", installed); err == nil || !strings.Contains(err.Error(), EnvServers+`="podman"`) {
+		t.Fatalf("unknown %s: %v, want an error naming the variable and the value", EnvServers, err)
+	}
+
+	t.Setenv(EnvServers, "local")
+	if _, err := sourceFor("redis-server", missingBin); !IsMissing(err) {
+		t.Fatalf("local, binary missing: %v, want a *MissingError", err)
+	}
+	if src, err := sourceFor("redis-server", installed); err != nil || src != fromLocal {
+		t.Fatalf("local, installed: %v, %v", src, err)
+	}
+
+	for _, v := range []string{"", "auto"} {
+		t.Setenv(EnvServers, v)
+		if src, err := sourceFor("redis-server", installed); err != nil || src != fromLocal {
+			t.Fatalf("%s=%q, installed: %v, %v; want the local binary", EnvServers, v, src, err)
+		}
+		src, err := sourceFor("redis-server", missingBin)
+		if dockerAvailable() == nil {
+			if err != nil || src != fromDocker {
+				t.Fatalf("%s=%q, binary missing, engine there: %v, %v; want a container", EnvServers, v, src, err)
+			}
+		} else if !IsMissing(err) || !strings.Contains(err.Error(), "or start a Docker engine") {
+			t.Fatalf("%s=%q, binary missing, no engine: %v; want a *MissingError naming both ways", EnvServers, v, err)
+		}
+	}
+
+	t.Setenv(EnvServers, "docker")
+	src, err := sourceFor("redis-server", installed)
+	if dockerAvailable() == nil {
+		if err != nil || src != fromDocker {
+			t.Fatalf("docker, engine there: %v, %v; want a container even with the binary installed", src, err)
+		}
+	} else if err == nil || IsMissing(err) {
+		t.Fatalf("docker without an engine: %v; want a failure (not a skip)", err)
+	}
+}
+
+// TestContainerLoopbackOnly: a server in a container has the host's network and no
+// address of its own, binds 127.0.0.1 only, runs as this process's user, and is gone
+// (no container left) once closed.
+func TestContainerLoopbackOnly(t *testing.T) {
+	cli := needEngine(t)
+	t.Setenv(EnvServers, "docker")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := StartRedis(ctx, RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !r.p.inContainer() {
+		t.Fatalf("%s=docker started a local redis-server", EnvServers)
+	}
+	in, err := cli.ContainerInspect(ctx, r.p.ctrID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := in.Container
+	if c.HostConfig.NetworkMode != "host" {
+		t.Errorf("network mode %q, want host", c.HostConfig.NetworkMode)
+	}
+	for name, ep := range c.NetworkSettings.Networks {
+		if name != "host" || ep.IPAddress.IsValid() || ep.GlobalIPv6Address.IsValid() {
+			t.Errorf("network %q with addresses %v %v: want only the host's network, no address of its own", name, ep.IPAddress, ep.GlobalIPv6Address)
+		}
+	}
+	if want := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid()); c.Config.User != want {
+		t.Errorf("user %q, want %q", c.Config.User, want)
+	}
+	bind, err := r.Do(ctx, "CONFIG", "GET", "bind")
+	if err != nil || !regexp.MustCompile(`^bind\n127\.0\.0\.1$`).MatchString(bind) {
+		t.Errorf("CONFIG GET bind = %q, %v; want 127.0.0.1 only", bind, err)
+	}
+	if left := Containers(false); len(left) != 1 {
+		t.Errorf("containers of this process while one server runs: %v, want exactly one", left)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := Containers(false); len(left) != 0 {
+		t.Errorf("containers left after Close: %v", left)
+	}
+}
+
+// TestSweepStaleContainers: a container whose owner process is gone (a test binary
+// that was killed) is removed by the next process that uses the engine; one whose
+// owner lives is left alone.
+func TestSweepStaleContainers(t *testing.T) {
+	cli := needEngine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := func(owner int) string {
+		req := containerRequest("sweep-test", RedisImage.Name(), []string{"sleep", "300"}, nil, dir, nil)
+		req.Labels[labelPID] = strconv.Itoa(owner)
+		if err := ensureImage(req.Image); err != nil {
+			t.Fatal(err)
+		}
+		prov, _, _ := dockerEngine()
+		c, err := prov.CreateContainer(ctx, req)
+		if err == nil {
+			err = c.Start(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := c.GetContainerID()
+		t.Cleanup(func() {
+			_, _ = cli.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+		})
+		return id
+	}
+	stale := start(dead.Process.Pid)
+	live := start(os.Getpid())
+	sweepStaleContainers(cli)
+	exists := func(id string) bool {
+		_, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		return err == nil
+	}
+	if exists(stale) {
+		t.Errorf("the container of dead process %d is still there after the sweep", dead.Process.Pid)
+	}
+	if !exists(live) {
+		t.Errorf("the sweep removed a container of this (live) process")
+	}
+	if left := Containers(true); len(left) != 1 {
+		t.Errorf("Containers(true) = %v, want the one container of this process", left)
+	}
+	if exists(live) {
+		t.Errorf("Containers(true) did not remove this process's container")
+	}
+}
