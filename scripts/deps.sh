@@ -30,6 +30,8 @@ if ! command -v apt-get >/dev/null 2>&1; then
 deps: apt-get not found; install the servers by hand, or use Docker:
   - local binaries wanted on PATH: redis-server, redis-cli, mariadbd + mariadb-install-db,
     java + ZooKeeper jars (ZOOKEEPER_CLASSPATH), libfaketime (FAKETIME_LIB)
+  - or run a Docker engine: the tests then start every missing server in a container
+    from its official image (testcontainers-go; see compose/README.md)
   - or: docker compose -f compose/docker-compose.yml up -d
     and export the addresses listed in compose/README.md (DLOCK_REDIS_ADDRS, DLOCK_MYSQL_DSN,
     DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS)

@@ -9,17 +9,38 @@
 // Shared single servers (SharedRedis, SharedMySQL, SharedZooKeeper,
 // SharedEtcd) use, in order: an address from the environment
 // (DLOCK_REDIS_ADDRS — the first of the comma list, DLOCK_MYSQL_DSN,
-// DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS); else a local binary started on first use
-// (redis-server; mariadbd + mariadb-install-db; java with Debian's
-// /usr/share/java/zookeeper.jar, or $ZOOKEEPER_CLASSPATH / $ZOOKEEPER_HOME);
-// etcd is always embedded in-process when no address is given. Private,
-// faultable servers (Start*) need the local binaries; RedisMastersFromEnv
-// (DLOCK_REDLOCK_ADDRS) lets Redlock tests run against external masters. The
-// Docker path is compose/docker-compose.yml plus those variables (see
-// compose/README.md); testcontainers-go is not used, to keep the module lean.
+// DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS), waited for until it answers; else a server
+// started on first use, like the private, faultable ones (Start*), from one of
+// two places:
 //
-// A missing binary yields a *MissingError (IsMissing) holding the install
-// command; servertest skips on it unless DLOCK_REQUIRE_SERVERS=1.
+//   - a local binary (redis-server; mariadbd + mariadb-install-db; java with
+//     Debian's /usr/share/java/zookeeper.jar, or $ZOOKEEPER_CLASSPATH /
+//     $ZOOKEEPER_HOME); etcd is embedded in this process (clusters: a process per
+//     member, this binary again);
+//   - a container of the server's image, started through testcontainers-go
+//     (docker.go): the same command line, ports and temporary directory (mounted
+//     at its own path), on the host's network, bound to 127.0.0.1, as this
+//     process's user. Images (images.go): the official image of each server,
+//     pinned, each overridable (DLOCK_REDIS_IMAGE, DLOCK_MARIADB_IMAGE,
+//     DLOCK_ZOOKEEPER_IMAGE with DLOCK_ZOOKEEPER_IMAGE_CLASSPATH,
+//     DLOCK_ETCD_IMAGE).
+//
+// DLOCK_SERVERS chooses: "local" (binaries only), "docker" (containers only, etcd
+// included), or "auto" / unset: each kind from its binary when installed, else
+// from a container when a Docker engine answers (etcd stays embedded). The same
+// handles and fault methods serve both ways: Kill is a SIGKILL of the process
+// group or `docker kill`, Pause a SIGSTOP or `docker pause` (the cgroup freezer),
+// Restart a new process or a new container on the same directory and ports,
+// and shifted clocks (below) load the same shim, mounted into the container.
+// Containers are removed as soon as they exit; those of a test binary that was
+// killed are removed by the next one (they carry their owner's host and pid).
+// RedisMastersFromEnv (DLOCK_REDLOCK_ADDRS) lets Redlock tests run against
+// external masters. compose/docker-compose.yml brings up the same images for the
+// environment variables (see compose/README.md).
+//
+// A missing binary (without a Docker engine) yields a *MissingError (IsMissing)
+// holding the install command; servertest skips on it unless
+// DLOCK_REQUIRE_SERVERS=1.
 // scripts/deps.sh (make deps) installs everything on Debian/Ubuntu.
 //
 // # Processes
@@ -47,7 +68,8 @@
 //
 // *Etcd members are in-process: Stop (graceful close), Restart, Close; there is
 // no Pause or Kill (no signal for a part of this process). EtcdCluster members are
-// processes of their own (EtcdProcess): Kill is a SIGKILL.
+// processes of their own (EtcdProcess): Kill is a SIGKILL. With
+// DLOCK_SERVERS=docker both run the etcd command in containers instead.
 //
 // # API
 //
@@ -77,7 +99,7 @@
 //
 // # Test helpers (package servertest)
 //
-//	Main(m *testing.M)                      // from TestMain: EtcdMemberMain, run, Shutdown, fail on leaked child processes
+//	Main(m *testing.M)                      // from TestMain: EtcdMemberMain, run, Shutdown, fail on leaked child processes or containers
 //	Redis(t) *Redis; MySQL(t) *MySQL; ZooKeeper(t) *ZooKeeper; Etcd(t) *Etcd   // shared, do not fault
 //	MySQLDSN(t) string; NewDatabase(t, *MySQL) string                           // fresh database, dropped at cleanup
 //	NewRedis(t, RedisOptions) *Redis; NewMySQL(t); NewZooKeeper(t); NewEtcd(t) // private
@@ -96,7 +118,11 @@
 // LD_PRELOAD shim (csrc/clockshim.c, compiled once with cc and cached in the
 // user cache directory) because libfaketime deadlocks in processes using
 // jemalloc, as Debian's redis-server does (wolfcw/libfaketime#130). Without a C
-// compiler, libfaketime is used for binaries that do not link jemalloc.
+// compiler, libfaketime is used for binaries that do not link jemalloc. A Redis
+// in a container loads the shim too (mounted read-only), which needs the engine
+// on this machine's kernel: RedisClockShiftable says when it is not, and the
+// fault harnesses then report the clock scenarios not applicable with that reason
+// (conformance.FaultLimiter).
 //
 // # Proxy modes
 //

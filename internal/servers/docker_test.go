@@ -169,3 +169,34 @@ func TestSweepStaleContainers(t *testing.T) {
 		t.Errorf("Containers(true) did not remove this process's container")
 	}
 }
+
+// TestComposeImages: compose/docker-compose.yml names the same images (and ZooKeeper
+// class path) as images.go, through the same variables: the defaults live in
+// images.go, and the compose file must agree with them.
+func TestComposeImages(t *testing.T) {
+	b, err := os.ReadFile("../../compose/docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, i := range []Image{RedisImage, MariaDBImage, ZooKeeperImage, ZooKeeperClassPath, EtcdImage} {
+		want[i.Env] = i.Default
+	}
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$\{(DLOCK_[A-Z_]+):-([^}]*)\}`).FindAllStringSubmatch(string(b), -1) {
+		v, def := m[1], m[2]
+		w, ok := want[v]
+		switch {
+		case !ok:
+			t.Errorf("compose file: ${%s:-%s}: internal/servers has no such setting", v, def)
+		case def != w:
+			t.Errorf("compose file: ${%s:-%s}, but images.go's default is %q", v, def, w)
+		}
+		seen[v] = true
+	}
+	for v := range want {
+		if !seen[v] {
+			t.Errorf("compose file never uses %s", v)
+		}
+	}
+}
