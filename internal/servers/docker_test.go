@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,6 +79,7 @@ func TestContainerLoopbackOnly(t *testing.T) {
 	t.Setenv(EnvServers, "docker")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	before := len(Containers(false)) // other tests' servers
 	r, err := StartRedis(ctx, RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -106,14 +108,14 @@ func TestContainerLoopbackOnly(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`^bind\n127\.0\.0\.1$`).MatchString(bind) {
 		t.Errorf("CONFIG GET bind = %q, %v; want 127.0.0.1 only", bind, err)
 	}
-	if left := Containers(false); len(left) != 1 {
-		t.Errorf("containers of this process while one server runs: %v, want exactly one", left)
+	if left := Containers(false); len(left) != before+1 {
+		t.Errorf("containers of this process while one more server runs: %v, want %d", left, before+1)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if left := Containers(false); len(left) != 0 {
-		t.Errorf("containers left after Close: %v", left)
+	if left := Containers(false); len(left) != before {
+		t.Errorf("containers after Close: %v, want %d (the container is removed)", left, before)
 	}
 }
 
@@ -162,11 +164,8 @@ func TestSweepStaleContainers(t *testing.T) {
 	if !exists(live) {
 		t.Errorf("the sweep removed a container of this (live) process")
 	}
-	if left := Containers(true); len(left) != 1 {
-		t.Errorf("Containers(true) = %v, want the one container of this process", left)
-	}
-	if exists(live) {
-		t.Errorf("Containers(true) did not remove this process's container")
+	if left := Containers(false); !slices.Contains(left, live[:12]) {
+		t.Errorf("Containers(false) = %v, want it to list this process's container %.12s", left, live)
 	}
 }
 
