@@ -46,7 +46,7 @@ if [ "$(printf '%s\n' "$versions" | grep -c .)" -ne ${#PKGS[@]} ] || printf '%s\
 	log "apt knows no candidate for every package (run apt-get update): $versions"
 	exit 1
 fi
-key=$(printf '%s\n' "$(sha256sum "$0")" "$suite" "$versions" "$etcd_version" "$(go env GOVERSION)" | sha256sum | cut -c1-12)
+key=$(printf '%s\n' "$(sha256sum <"$0")" "$suite" "$versions" "$etcd_version" "$(go env GOVERSION)" | sha256sum | cut -c1-12)
 tar="$cache/servers-$key.tar"
 image="dlock-ci/servers:$key"
 

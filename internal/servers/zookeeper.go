@@ -154,6 +154,11 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, err
 		logPath: filepath.Join(dir, "zookeeper.log"),
 		image:   image,
 	}
+	if o := os.Getenv("JAVA_TOOL_OPTIONS"); image != "" && o != "" {
+		// A container gets no environment of this process's; JVM options set for the
+		// server (e.g. zklock's tests: a fast container reaper) go along.
+		z.p.env = []string{"JAVA_TOOL_OPTIONS=" + o}
+	}
 	return z, nil
 }
 
