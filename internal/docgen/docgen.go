@@ -49,7 +49,8 @@ var (
 
 // Render renders the region NAME from r:
 //
-//	matrix:conformance, matrix:primitives, matrix:faults   a matrix and its legend
+//	matrix:conformance, matrix:primitives, matrix:faults   a matrix and its legend;
+//	matrix:faults:PREFIX                                   …of the backends named PREFIX…
 //	speed                                                  the speed table
 //	evidence:BACKEND                                       BACKEND's fault evidence
 //	run                                                    when, where and how the report was made
@@ -58,9 +59,10 @@ func Render(name string, r *report.Report) (string, error) {
 	kind, arg, _ := strings.Cut(name, ":")
 	switch kind {
 	case "matrix":
-		m := r.MatrixMarkdown(arg)
+		which, prefix, _ := strings.Cut(arg, ":")
+		m := r.MatrixMarkdown(which, prefix)
 		if m == "" {
-			return "", fmt.Errorf("the report has no %s cells", arg)
+			return "", fmt.Errorf("the report has no %s cells of backends %q…", which, prefix)
 		}
 		return m + "\n" + report.Legend + "\n", nil
 	case "speed":
