@@ -93,9 +93,13 @@ func (m *RWMutex) TryAcquireShared(ctx context.Context, opts ...Option) (Lease, 
 
 func (m *RWMutex) request(shared bool) request {
 	r := request{key: m.key, wake: driver.RWWake(m.key),
-		try: func(ctx context.Context, ttl time.Duration) (driver.Lock, error) { return m.try(ctx, m.key, shared, ttl) }}
+		try: func(ctx context.Context, ttl time.Duration) (driver.Lock, error) {
+			return m.try(ctx, m.key, shared, ttl)
+		}}
 	if m.wait != nil {
-		r.wait = func(ctx context.Context, ttl time.Duration) (driver.Lock, error) { return m.wait(ctx, m.key, shared, ttl) }
+		r.wait = func(ctx context.Context, ttl time.Duration) (driver.Lock, error) {
+			return m.wait(ctx, m.key, shared, ttl)
+		}
 	}
 	return r
 }

@@ -111,9 +111,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (Lease, erro
 
 func (s *Semaphore) request() request {
 	r := request{key: s.key, wake: driver.SemaphoreWake(s.key),
-		try: func(ctx context.Context, ttl time.Duration) (driver.Lock, error) { return s.try(ctx, s.key, s.limit, ttl) }}
+		try: func(ctx context.Context, ttl time.Duration) (driver.Lock, error) {
+			return s.try(ctx, s.key, s.limit, ttl)
+		}}
 	if s.wait != nil {
-		r.wait = func(ctx context.Context, ttl time.Duration) (driver.Lock, error) { return s.wait(ctx, s.key, s.limit, ttl) }
+		r.wait = func(ctx context.Context, ttl time.Duration) (driver.Lock, error) {
+			return s.wait(ctx, s.key, s.limit, ttl)
+		}
 	}
 	return r
 }
