@@ -47,6 +47,10 @@ func (s *suite) rwLocks(t *testing.T) {
 	if d == nil {
 		return
 	}
+	if d.WriterPreference == d.Weak(spec.WriterProgress) {
+		t.Errorf("the read-write lock's declaration disagrees with itself: WriterPreference %v, WriterProgress declared a weakness %v (one is the other's negation)",
+			d.WriterPreference, d.Weak(spec.WriterProgress))
+	}
 	f := rwFamily
 	exclusive := func(t testing.TB, l dlock.Locker, k string) (dlock.Lease, error) {
 		return newRWMutex(t, l, k).Acquire(ctxFor(t, 30*time.Second), dlock.WithTTL(30*time.Second))
