@@ -195,9 +195,11 @@ type memHarness struct {
 	caps  spec.Capabilities
 }
 
-func (h memHarness) NewLocker(t testing.TB) dlock.Locker { return memlock.New(memlock.WithStore(h.store)) }
-func (h memHarness) Capabilities() spec.Capabilities     { return h.caps }
-func (h memHarness) Name() string                        { return "mem (primitives)" }
+func (h memHarness) NewLocker(t testing.TB) dlock.Locker {
+	return memlock.New(memlock.WithStore(h.store))
+}
+func (h memHarness) Capabilities() spec.Capabilities { return h.caps }
+func (h memHarness) Name() string                    { return "mem (primitives)" }
 
 // TestFlawedPrimitiveSuite runs the suite on the primStore with the flaw
 // DLOCK_PRIM_FLAW (declaring the property DLOCK_DECLARE names as a weakness of its
