@@ -58,12 +58,16 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 }
 
 // declareTable: fencing (a per-name counter in the table), per-lease TTLs kept by the
-// database clock, refresh. InnoDB keeps the rows across a restart.
+// database clock, refresh. InnoDB keeps the rows across a restart. Semaphores and
+// read-write locks are native (a second table), fenced, polled: no order, no writer
+// preference.
 func declareTable(u *url.URL) (spec.Capabilities, error) {
 	if _, _, _, err := parseTable(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL}, nil
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+		Semaphore: &spec.Primitive{Native: true, Fencing: true},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}}}, nil
 }
 
 func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
@@ -121,12 +125,15 @@ func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, erro
 // declareGetLock: locks last as long as the connection; the server keeps a silent
 // client's connection for wait_timeout (8 hours unless the URL sets it, or the
 // server's configuration differs); the server queues a name's waiters (FIFO).
+// Semaphores are the generic ones (slots of named locks): no fencing, no order, and
+// limits are not compared.
 func declareGetLock(u *url.URL) (spec.Capabilities, error) {
 	_, _, wait, err := parseGetLock(u)
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{SessionTimeout: wait, FIFO: true}, nil
+	return spec.Capabilities{SessionTimeout: wait, FIFO: true,
+		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}}}, nil
 }
 
 func openGetLock(ctx context.Context, u *url.URL) (dlock.Locker, error) {

@@ -34,7 +34,7 @@ func init() {
 	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
 }
 
-// declare: per-lease TTLs and refresh, no fencing. A master that restarts without
+// declare: per-lease TTLs and refresh, no fencing; the generic semaphore. A master that restarts without
 // persistence forgets the locks it granted, so a second client can reach a majority
 // while the first lease is live (ServerRestart).
 func declare(u *url.URL) (spec.Capabilities, error) {
@@ -42,7 +42,9 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
-		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated}}, nil
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated},
+		// The generic semaphore: slots of Redlock mutexes; limits are not compared.
+		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}}}, nil
 }
 
 // parseURL returns the options, masters and database number of u.
