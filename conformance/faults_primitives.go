@@ -31,7 +31,7 @@ type primFaults struct {
 	bound    spec.Property
 	returns  spec.Property
 	contend  func(t testing.TB, l dlock.Locker, k string, c, r int) (handle, bool) // for LeaderKill
-	gaugeMax int                                                                     // the gauge's limit (0: read-write)
+	gaugeMax int                                                                   // the gauge's limit (0: read-write)
 }
 
 func semaphoreFaults(f *faults) []run {
@@ -73,14 +73,18 @@ func (p *primFaults) runs(list []spec.Scenario) []run {
 	enabled := map[spec.Scenario]bool{spec.HolderCrash: url, spec.HolderPause: url, spec.ServerRestart: restart,
 		spec.Failover: fo, spec.Partition: part, spec.QuorumLoss: nodes, spec.LeaderKill: leader, spec.ClockJump: clock}
 	fns := map[spec.Scenario]func(*testing.T, *results.Cell){
-		spec.HolderCrash:   p.holderCrash,
-		spec.HolderPause:   p.holderPause,
-		spec.ServerRestart: func(t *testing.T, c *results.Cell) { p.heldThroughFault(t, c, func() { h.(ServerRestarter).RestartServers(t) }) },
-		spec.Failover:      p.failover,
-		spec.Partition:     p.partition,
-		spec.QuorumLoss:    p.quorumLoss,
-		spec.LeaderKill:    p.leaderKill,
-		spec.ClockJump:     func(t *testing.T, c *results.Cell) { p.heldThroughFault(t, c, func() { h.(ClockJumper).JumpClock(t, 2*time.Minute) }) },
+		spec.HolderCrash: p.holderCrash,
+		spec.HolderPause: p.holderPause,
+		spec.ServerRestart: func(t *testing.T, c *results.Cell) {
+			p.heldThroughFault(t, c, func() { h.(ServerRestarter).RestartServers(t) })
+		},
+		spec.Failover:   p.failover,
+		spec.Partition:  p.partition,
+		spec.QuorumLoss: p.quorumLoss,
+		spec.LeaderKill: p.leaderKill,
+		spec.ClockJump: func(t *testing.T, c *results.Cell) {
+			p.heldThroughFault(t, c, func() { h.(ClockJumper).JumpClock(t, 2*time.Minute) })
+		},
 	}
 	var out []run
 	for _, s := range list {
