@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -242,37 +241,13 @@ func TestSuiteCatchesPrimitiveFlaws(t *testing.T) {
 	for f, prop := range primFlaws {
 		t.Run(string(f), func(t *testing.T) {
 			t.Parallel()
-			run := func(fl flaw, declare bool) (string, error) {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedPrimitiveSuite$/^"+string(prop)+"$", "-test.v", "-test.count=1")
-				cmd.Env = append(os.Environ(), "DLOCK_PRIM_FLAW="+string(fl))
+			catches(t, "TestFlawedPrimitiveSuite", f, prop, func(fl flaw) []string {
+				env := []string{"DLOCK_PRIM_FLAW=" + string(fl)}
 				if prop == spec.WriterProgress {
-					cmd.Env = append(cmd.Env, "DLOCK_WRITER_PREFERENCE=1")
+					env = append(env, "DLOCK_WRITER_PREFERENCE=1")
 				}
-				if declare {
-					cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))
-				}
-				out, err := cmd.CombinedOutput()
-				return string(out), err
-			}
-			fail := "--- FAIL: TestFlawedPrimitiveSuite/" + string(prop)
-			pass := "--- PASS: TestFlawedPrimitiveSuite/" + string(prop)
-
-			out, err := run(noFlaw, false)
-			if err != nil || !strings.Contains(out, pass) {
-				t.Fatalf("control run without a flaw: want %s to pass, got err %v:\n%s", prop, err, out)
-			}
-			out, err = run(f, false)
-			if err == nil || !strings.Contains(out, fail) {
-				t.Fatalf("flaw %s: want %s to fail, got err %v:\n%s", f, prop, err, out)
-			}
-			out, err = run(f, true)
-			if err != nil || !strings.Contains(out, pass) || !strings.Contains(out, "declared weakness reproduced") {
-				t.Fatalf("flaw %s declared as a weakness: want %s to pass with the violation reproduced, got err %v:\n%s", f, prop, err, out)
-			}
-			out, err = run(noFlaw, true)
-			if err == nil || !strings.Contains(out, "did not reproduce") {
-				t.Fatalf("weakness %s declared on a sound store: want the suite to fail, got err %v:\n%s", prop, err, out)
-			}
+				return env
+			})
 		})
 	}
 }
