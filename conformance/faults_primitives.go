@@ -369,6 +369,9 @@ func (p *primFaults) partition(t *testing.T, c *results.Cell) {
 			break
 		}
 	}
+	if !first {
+		c.Note("the cut-off holder's leases ended at least %v before the next grant", c.Margin)
+	}
 }
 
 func (p *primFaults) quorumLoss(t *testing.T, c *results.Cell) {
