@@ -2,17 +2,12 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/results"
 	"github.com/dlock-go/dlock/spec"
 )
 
@@ -38,7 +33,7 @@ func semaphoreFaults(f *faults) []run {
 	if f.caps.Semaphore == nil {
 		return nil
 	}
-	p := &primFaults{f: f, fam: semaphoreFamily, kind: "semaphore:1", bound: spec.SemaphoreBound, returns: spec.SemaphorePermitReturns,
+	p := &subject{f: f, trialsOf: halfTrials(f), fam: semaphoreFamily, kind: "semaphore:1", bound: spec.SemaphoreBound, returns: spec.SemaphorePermitReturns,
 		gaugeMax: semLimit, contend: func(t testing.TB, l dlock.Locker, k string, _, _ int) (handle, bool) {
 			return newSemaphore(t, l, k, semLimit), false
 		}}
@@ -49,7 +44,7 @@ func rwFaults(f *faults) []run {
 	if f.caps.RWLock == nil {
 		return nil
 	}
-	p := &primFaults{f: f, fam: rwFamily, kind: "exclusive", bound: spec.RWExclusion, returns: spec.RWLeaseReturns,
+	p := &subject{f: f, trialsOf: halfTrials(f), fam: rwFamily, kind: "exclusive", bound: spec.RWExclusion, returns: spec.RWLeaseReturns,
 		contend: func(t testing.TB, l dlock.Locker, k string, c, r int) (handle, bool) {
 			m := newRWMutex(t, l, k)
 			if (c+r)%3 == 0 {
@@ -60,51 +55,11 @@ func rwFaults(f *faults) []run {
 	return p.runs(spec.RWLockScenarios)
 }
 
-// runs pairs each scenario of list with its run, enabled as the mutex's is.
-func (p *primFaults) runs(list []spec.Scenario) []run {
-	h := p.f.h
-	_, url := h.(URLer)
-	_, restart := h.(ServerRestarter)
-	_, fo := h.(Failoverer)
-	_, part := h.(Partitioner)
-	_, nodes := h.(NodeStopper)
-	_, leader := h.(LeaderKiller)
-	_, clock := h.(ClockJumper)
-	enabled := map[spec.Scenario]bool{spec.HolderCrash: url, spec.HolderPause: url, spec.ServerRestart: restart,
-		spec.Failover: fo, spec.Partition: part, spec.QuorumLoss: nodes, spec.LeaderKill: leader, spec.ClockJump: clock}
-	fns := map[spec.Scenario]func(*testing.T, *results.Cell){
-		spec.HolderCrash: p.holderCrash,
-		spec.HolderPause: p.holderPause,
-		spec.ServerRestart: func(t *testing.T, c *results.Cell) {
-			p.heldThroughFault(t, c, func() { h.(ServerRestarter).RestartServers(t) })
-		},
-		spec.Failover:   p.failover,
-		spec.Partition:  p.partition,
-		spec.QuorumLoss: p.quorumLoss,
-		spec.LeaderKill: p.leaderKill,
-		spec.ClockJump: func(t *testing.T, c *results.Cell) {
-			p.heldThroughFault(t, c, func() { h.(ClockJumper).JumpClock(t, 2*time.Minute) })
-		},
-	}
-	var out []run
-	for _, s := range list {
-		base := spec.MutexScenarioOf(s)
-		fn := fns[base]
-		out = append(out, run{s, enabled[base], func(t *testing.T, c *results.Cell) {
-			c.Expected = p.f.caps.Expect(base)
-			c.Property = string(p.bound)
-			p.f.trials = primTrials(p.f.caps, base)
-			fn(t, c)
-		}})
-	}
-	return out
-}
-
-// primTrials is the number of trials of a primitive's scenario: half the mutex's
-// (rounded up: 2 of the default 3), to keep the campaign's time in bounds — the
-// store under the fault is the same — or more where the declaration asks.
-func primTrials(c spec.Capabilities, base spec.Scenario) int {
-	return max((defaultTrials()+1)/2, c.FaultTrials[base])
+// halfTrials gives a primitive's scenario half the trials of the mutex's (rounded
+// up: 2 of the default 3), to keep the campaign's time in bounds — the store under
+// the fault is the same — or more where the declaration asks.
+func halfTrials(f *faults) func(spec.Scenario) int {
+	return func(base spec.Scenario) int { return max((defaultTrials()+1)/2, f.caps.FaultTrials[base]) }
 }
 
 // childAcquire takes what a holder child was asked to hold: the mutex (kind ""),
@@ -135,332 +90,4 @@ func childAcquire(ctx context.Context, l dlock.Locker, key, kind string, opts ..
 		return m.Acquire(ctx, opts...)
 	}
 	return nil, fmt.Errorf("unknown holder kind %q", kind)
-}
-
-// contender is the handle the scenarios ask with: the same kind as the child's
-// (a limit-1 semaphore's permit, or an exclusive lease).
-func (p *primFaults) contender(t testing.TB, l dlock.Locker, k string) handle {
-	if p.kind == "exclusive" {
-		return newRWMutex(t, l, k)
-	}
-	return newSemaphore(t, l, k, 1)
-}
-
-// holderCrash: the child holding the primitive gets SIGKILL; its lease comes back
-// after its TTL (or session), not before.
-func (p *primFaults) holderCrash(t *testing.T, c *results.Cell) {
-	f := p.f
-	c.Property = string(p.returns)
-	url := f.h.(URLer).URL(t)
-	b := f.client(t)
-	ttl := f.leaseTTL()
-	var freed []time.Duration
-	for i := range f.trials {
-		k := key(t, fmt.Sprintf("prim-crash%d", i))
-		h := p.contender(t, b, k)
-		ch := startHolderOf(t, p.kind, url, k, ttl, "", "child")
-		ch.signal(syscall.SIGKILL)
-		killed := time.Now()
-		c.Trials++
-		if f.caps.PerLeaseTTL {
-			if ls, err := h.TryAcquire(ctxFor(t, 10*time.Second)); err == nil {
-				at := time.Since(ch.start)
-				_ = ls.Release(ctxFor(t, 10*time.Second))
-				if at < ttl-tolerance {
-					c.Violation("trial %d: granted right after the holder's death, %v into its %v TTL", i, at, ttl)
-					continue
-				}
-			}
-		}
-		ls, err := h.Acquire(ctxFor(t, f.freeBound(ttl)))
-		if err != nil {
-			c.Violation("trial %d: the dead holder's lease was not freed within %v: %v", i, f.freeBound(ttl), err)
-			continue
-		}
-		if granted := time.Now(); f.caps.PerLeaseTTL && granted.Sub(ch.start) < ttl-tolerance {
-			c.Violation("trial %d: granted %v after the dead holder began to acquire, before its %v TTL", i, granted.Sub(ch.start), ttl)
-		}
-		freed = append(freed, time.Since(killed))
-		_ = ls.Release(ctxFor(t, 10*time.Second))
-	}
-	if len(freed) > 0 {
-		c.Note("lease freed %v after SIGKILL (ttl %v, session timeout %v)", freed, ttl, f.caps.SessionTimeout)
-	}
-}
-
-// holderPause: the child is SIGSTOPped past its TTL; another client is granted
-// and enters the resource; the child resumes and writes (an unfenced resource).
-func (p *primFaults) holderPause(t *testing.T, c *results.Cell) {
-	f := p.f
-	url := f.h.(URLer).URL(t)
-	b := f.client(t)
-	ttl := f.leaseTTL()
-	for i := range f.trials {
-		c.Trials++
-		res := NewResource(false)
-		srv, err := newResourceServer(res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := key(t, fmt.Sprintf("prim-pause%d", i))
-		ch := startHolderOf(t, p.kind, url, k, ttl, srv.Addr(), "paused-holder")
-		ch.signal(syscall.SIGSTOP)
-		ls, err := p.contender(t, b, k).Acquire(ctxFor(t, f.freeBound(ttl)))
-		if err != nil {
-			ch.kill()
-			srv.Close()
-			f.keptLock(t, c, i, "paused", ttl, err)
-			return
-		}
-		res.Enter("new-holder", ls.Token())
-		ch.signal(syscall.SIGCONT)
-		ch.send("WRITE")
-		ans := ch.expect("WROTE", time.Minute)
-		res.Leave("new-holder")
-		_ = ls.Release(ctxFor(t, 10*time.Second))
-		ch.kill()
-		srv.Close()
-		if ans == "WROTE OK" && len(res.Overlaps()) > 0 {
-			c.Violation("trial %d: the resumed holder (token %d) wrote while the new holder (token %d) held the last lease", i, ch.token, ls.Token())
-		}
-	}
-}
-
-// primGrantWhileLive asks h for a lease (retrying while the backend is
-// unavailable, up to within) and reports whether it was granted while any of held
-// had not ended. It releases what it gets.
-func primGrantWhileLive(t testing.TB, h handle, held []dlock.Lease, within time.Duration) (granted, whileLive bool, unavailable time.Duration, err error) {
-	deadline := time.Now().Add(within)
-	start := time.Now()
-	for {
-		ls, err := h.TryAcquire(ctxFor(t, 5*time.Second), dlock.WithTTL(30*time.Second))
-		if err == nil {
-			live := false
-			for _, x := range held {
-				live = live || !isDone(x)
-			}
-			_ = ls.Release(ctxFor(t, 10*time.Second))
-			return true, live, 0, nil
-		}
-		if errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
-			return false, false, 0, nil
-		}
-		if time.Now().After(deadline) {
-			return false, false, time.Since(start), err
-		}
-		time.Sleep(100 * time.Millisecond) // the servers are coming back; poll them
-	}
-}
-
-// heldThroughFault fills the primitive from one client, injects the fault, and
-// checks that another client is not granted while the leases live.
-func (p *primFaults) heldThroughFault(t *testing.T, c *results.Cell, fault func()) {
-	f := p.f
-	a, b := f.client(t), f.client(t)
-	for i := range f.trials {
-		c.Trials++
-		k := key(t, fmt.Sprintf("prim-fault%d", i))
-		held, err := p.fam.fill(t, a, k, dlock.WithTTL(30*time.Second))
-		if err != nil {
-			c.Note("trial %d: the first holder was not granted: %v", i, err)
-			fault()
-			continue
-		}
-		fault()
-		p.judge(t, c, i, p.fam.contender(t, b, k), held)
-		releaseAll(t, held)
-	}
-}
-
-// judge records what primGrantWhileLive saw in trial i.
-func (p *primFaults) judge(t testing.TB, c *results.Cell, i int, h handle, held []dlock.Lease) {
-	granted, live, unavail, err := primGrantWhileLive(t, h, held, 30*time.Second)
-	switch {
-	case granted && live:
-		c.Violation("trial %d: a second client was granted while the first holder's leases were live", i)
-	case granted:
-		c.Note("trial %d: the first holder's leases ended before the second grant", i)
-	case err != nil:
-		c.Unavailable = max(c.Unavailable, unavail)
-		c.Note("trial %d: unavailable for %v: %v", i, unavail.Round(time.Millisecond), err)
-	}
-}
-
-func (p *primFaults) failover(t *testing.T, c *results.Cell) {
-	f := p.f
-	fo := f.h.(Failoverer)
-	a, b := f.client(t), f.client(t)
-	for i := range f.trials {
-		c.Trials++
-		k := key(t, fmt.Sprintf("prim-failover%d", i))
-		fo.PauseReplication(t)
-		held, err := p.fam.fill(t, a, k, dlock.WithTTL(30*time.Second))
-		fo.Failover(t)
-		if err != nil {
-			c.Note("trial %d: the first holder was not granted before the failover: %v", i, err)
-			continue
-		}
-		p.judge(t, c, i, p.fam.contender(t, b, k), held)
-		releaseAll(t, held)
-	}
-}
-
-// partition: the holder's link is blackholed; another client is granted only once
-// the cut-off holder's leases have ended.
-func (p *primFaults) partition(t *testing.T, c *results.Cell) {
-	f := p.f
-	pt := f.h.(Partitioner)
-	b := f.client(t)
-	ttl := f.leaseTTL()
-	first := true
-	for i := range f.trials {
-		c.Trials++
-		kept := func() bool {
-			a, link := pt.NewPartitionedLocker(t)
-			defer a.Close()
-			defer link.Restore()
-			k := key(t, fmt.Sprintf("prim-partition%d", i))
-			held, err := p.fam.fill(t, a, k, dlock.WithTTL(ttl), dlock.WithAutoRenew())
-			if err != nil {
-				t.Fatalf("trial %d: acquire before the partition: %v", i, err)
-			}
-			var mu sync.Mutex
-			var end time.Time // when the last of held ended
-			var watching sync.WaitGroup
-			stop := make(chan struct{})
-			defer close(stop) // a lease that never ends must not keep these goroutines
-			for _, h := range held {
-				watching.Go(func() {
-					select {
-					case <-h.Done():
-						mu.Lock()
-						if now := time.Now(); now.After(end) {
-							end = now
-						}
-						mu.Unlock()
-					case <-stop:
-					}
-				})
-			}
-			link.Blackhole()
-			ls, err := p.fam.contender(t, b, k).Acquire(ctxFor(t, f.freeBound(ttl)))
-			grantedAt := time.Now()
-			if err != nil {
-				f.keptLock(t, c, i, "cut-off", ttl, err)
-				return true
-			}
-			defer func() { _ = ls.Release(ctxFor(t, 10*time.Second)) }()
-			for _, h := range held {
-				if !isDone(h) {
-					c.Violation("trial %d: granted to another client while a cut-off holder's lease (token %d) had not ended", i, h.Token())
-					return false
-				}
-			}
-			watching.Wait() // every lease has ended: each watcher has recorded when
-			mu.Lock()
-			margin := grantedAt.Sub(end)
-			mu.Unlock()
-			if first || margin < c.Margin {
-				c.Margin, first = margin, false
-			}
-			return false
-		}()
-		if kept {
-			break
-		}
-	}
-	if !first {
-		c.Note("the cut-off holder's leases ended at least %v before the next grant", c.Margin)
-	}
-}
-
-func (p *primFaults) quorumLoss(t *testing.T, c *results.Cell) {
-	f := p.f
-	ns := f.h.(NodeStopper)
-	c.Property = "Availability"
-	l := f.client(t)
-	n := ns.Nodes()
-	minority, majority := (n-1)/2, n/2+1
-	t.Cleanup(func() { ns.RestartNodes(t) })
-	for i := range f.trials {
-		c.Trials++
-		ns.StopNodes(t, minority)
-		ls, err := p.fam.contender(t, l, key(t, fmt.Sprintf("prim-quorum-minority%d", i))).Acquire(ctxFor(t, 30*time.Second))
-		if err != nil {
-			c.Violation("trial %d: %d of %d nodes down (a majority up): not granted: %v", i, minority, n, err)
-		} else {
-			_ = ls.Release(ctxFor(t, 10*time.Second))
-		}
-		ns.StopNodes(t, majority)
-		_, err = p.fam.contender(t, l, key(t, fmt.Sprintf("prim-quorum-majority%d", i))).Acquire(ctxFor(t, 30*time.Second),
-			dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(10*time.Millisecond), 2)))
-		switch {
-		case err == nil:
-			c.Violation("trial %d: %d of %d nodes down: granted without a quorum", i, majority, n)
-		case !errors.Is(err, dlock.ErrUnavailable):
-			c.Violation("trial %d: %d of %d nodes down: want ErrUnavailable, got %v", i, majority, n, err)
-		}
-		ns.RestartNodes(t)
-	}
-}
-
-// leaderKill: clients contend for the primitive (the gauge watching the rule)
-// while the cluster's leader is killed; the service must resume, with the rule kept.
-func (p *primFaults) leaderKill(t *testing.T, c *results.Cell) {
-	f := p.f
-	lk := f.h.(LeaderKiller)
-	const clients = 4
-	for i := range f.trials {
-		c.Trials++
-		k := key(t, fmt.Sprintf("prim-leader%d", i))
-		g := newGauge(p.gaugeMax)
-		log := &grantLog{signal: make(chan struct{}, 1)}
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		var wg sync.WaitGroup
-		for j := range clients {
-			l := f.client(t)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for r := 0; ctx.Err() == nil; r++ {
-					h, exclusive := p.contend(t, l, k, j, r)
-					ls, err := h.Acquire(ctx, dlock.WithTTL(f.leaseTTL()))
-					if err != nil {
-						if ctx.Err() == nil {
-							time.Sleep(50 * time.Millisecond) // the cluster is electing; ask again
-						}
-						continue
-					}
-					name := fmt.Sprintf("client%d/%d", j, r)
-					g.enter(name, exclusive)
-					log.add(time.Now())
-					time.Sleep(time.Millisecond) // the critical section's work
-					g.leave(name)
-					rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-					_ = ls.Release(rctx) // may fail mid-election: the lease then expires
-					rcancel()
-				}
-			}()
-		}
-		if _, ok := log.waitFor(20, time.Time{}, 30*time.Second); !ok {
-			cancel()
-			wg.Wait()
-			t.Fatalf("trial %d: fewer than 20 grants in 30s before the leader kill", i)
-		}
-		lk.KillLeader(t)
-		killed := time.Now()
-		resumed, ok := log.waitFor(20, killed, 45*time.Second)
-		cancel()
-		wg.Wait()
-		if !ok {
-			c.Status = spec.Unavailable
-			c.Note("trial %d: the service did not resume within 45s of the leader's death", i)
-		} else {
-			c.Unavailable = max(c.Unavailable, resumed.Sub(killed))
-		}
-		overs, _ := g.report()
-		for _, o := range overs {
-			c.Violation("trial %d: %s", i, o)
-		}
-	}
 }
