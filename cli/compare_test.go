@@ -166,9 +166,10 @@ func TestRunPattern(t *testing.T) {
 		yes, no []string
 	}{
 		{[]string{"Conformance"}, []string{"TestConformance/Expiry", "TestConformanceSETNX/setnx+expire/Expiry"}, []string{"TestFaults/HolderCrash", "TestOpen"}},
-		{[]string{"HolderCrash"}, []string{"TestFaults/HolderCrash", "TestFaults/single/HolderCrash", "TestFaults/table"},
-			[]string{"TestFaults/Partition", "TestFaults/single/Partition", "TestConformance"}},
-		{[]string{"Conformance", "Partition"}, []string{"TestConformance/Expiry", "TestConformanceSETNX/setnx+getset/MutualExclusion", "TestFaults/single/Partition"},
+		{[]string{"HolderCrash"}, []string{"TestFaults/HolderCrash", "TestFaults/single/HolderCrash", "TestFaults/table", "TestFaults/single/SemaphoreHolderCrash", "TestFaults/RWHolderCrash"},
+			[]string{"TestFaults/Partition", "TestFaults/single/Partition", "TestConformance", "TestFaults/single/SemaphorePartition"}},
+		{[]string{"Conformance", "Partition"}, []string{"TestConformance/Expiry", "TestConformanceSETNX/setnx+getset/MutualExclusion", "TestFaults/single/Partition",
+			"TestConformance/SemaphoreBound", "TestConformance/WriterProgress", "TestFaults/single/RWPartition"},
 			[]string{"TestFaults/single/HolderCrash", "TestFaults/ClockJump"}},
 	} {
 		p := runPattern(tc.scen)
