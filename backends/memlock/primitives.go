@@ -270,26 +270,3 @@ func (l *primLock) Unlock(ctx context.Context) error {
 	}
 	return nil
 }
-
-// DeleteHolders removes every holder of key's semaphore or read-write lock, as an
-// operator deleting them by hand would (waiters then get their turn). Their leases
-// find out at their next refresh or release (ErrNotHeld). It reports how many
-// live holders it removed.
-func (s *Store) DeleteHolders(key string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.prims[key]
-	if p == nil {
-		return 0
-	}
-	now := time.Now()
-	n := 0
-	for lk, exp := range p.holders {
-		if now.Before(exp) {
-			n++
-		}
-		s.primDrop(lk)
-	}
-	s.primPromote(key, p, now)
-	return n
-}
