@@ -18,17 +18,6 @@ import (
 
 func init() { primitiveFaultMakers = append(primitiveFaultMakers, semaphoreFaults, rwFaults) }
 
-// primFaults is one primitive in the fault campaign.
-type primFaults struct {
-	f        *faults
-	fam      family
-	kind     string // the child holder's kind (childAcquire) that fills the primitive
-	bound    spec.Property
-	returns  spec.Property
-	contend  func(t testing.TB, l dlock.Locker, k string, c, r int) (handle, bool) // for LeaderKill
-	gaugeMax int                                                                   // the gauge's limit (0: read-write)
-}
-
 func semaphoreFaults(f *faults) []run {
 	if f.caps.Semaphore == nil {
 		return nil
