@@ -50,6 +50,11 @@ var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, 
 // own in init.
 var PrimitiveProperties []Property
 
+// PrimitiveScenarios lists the fault scenarios of the primitives beyond the mutex
+// (each mirrors a mutex scenario: MutexScenarioOf); each primitive's file appends its
+// own in init.
+var PrimitiveScenarios []Scenario
+
 // Scenario names a fault that conformance.RunFaults injects.
 type Scenario string
 

@@ -120,7 +120,8 @@ var (
 	})
 )
 
-// declare: fencing, per-lease TTLs, refresh. An empty server comes back from a
+// declare: fencing, per-lease TTLs, refresh; native semaphores and read-write
+// locks, fenced, without queue (no writer preference). An empty server comes back from a
 // restart without persistence (every lock gone), Redis expires keys by its wall
 // clock (a clock jump frees them), and, without wait_replicas, a promoted replica may
 // never have seen a lock.
@@ -130,7 +131,11 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		return spec.Capabilities{}, err
 	}
 	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
-		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated}}
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated},
+		// Native primitives, one script per operation; waiters poll (woken by
+		// releases), so neither order nor writer preference.
+		Semaphore: &spec.Primitive{Native: true, Fencing: true},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}}}
 	if r.ack < 1 {
 		// A promoted replica that never saw the lock grants it again (Failover), and
 		// its fencing counter missed the increment: it hands the same token out

@@ -34,7 +34,7 @@ func init() {
 	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
 }
 
-// declare: per-lease TTLs and refresh, no fencing. A master that restarts without
+// declare: per-lease TTLs and refresh, no fencing; the generic semaphore. A master that restarts without
 // persistence forgets the locks it granted, so a second client can reach a majority
 // while the first lease is live (ServerRestart); so does a lease that stands on a
 // bare majority when one of its masters' clocks jumps (ClockJumpBareMajority,
@@ -45,7 +45,9 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
-		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJumpBareMajority: spec.Violated}}, nil
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJumpBareMajority: spec.Violated},
+		// The generic semaphore: slots of Redlock mutexes; limits are not compared.
+		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}}}, nil
 }
 
 // parseURL returns the options, masters and database number of u.

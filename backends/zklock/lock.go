@@ -29,12 +29,36 @@ type zkDriver struct {
 }
 
 func (d *zkDriver) TryLock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return d.acquire(ctx, key, false)
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, false, mutexRule, nil))
 }
 
 // Lock queues for key and waits until every node before ours is gone.
 func (d *zkDriver) Lock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return d.acquire(ctx, key, true)
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, true, mutexRule, nil))
+}
+
+// asLock returns lk as a driver.Lock, or no Lock at all with an error.
+func asLock(lk *zkLock, err error) (driver.Lock, error) {
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+// rule decides from the children of a queue's directory whether our node (name)
+// holds the lock: watch is "" when it does, else the node whose end may change
+// that; mine is false when our node is not among children.
+type rule func(children []string, name string) (watch string, mine bool, err error)
+
+// mutexRule: the lowest lock node holds; a waiter watches the node just before its
+// own.
+func mutexRule(children []string, name string) (string, bool, error) {
+	seq, ok := parseSeq(name)
+	if !ok {
+		return "", false, fmt.Errorf("unexpected lock node name %q", name)
+	}
+	pred, mine := predecessor(children, name, seq)
+	return pred, mine, nil
 }
 
 func (d *zkDriver) Close() error {
@@ -50,9 +74,11 @@ func (d *zkDriver) Close() error {
 	return nil
 }
 
-func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.Lock, error) {
-	dir := LockDir(d.cfg.root, key)
-	path, err := call(ctx, func() (string, error) { return d.create(dir) },
+// acquire queues a node named with infix in dir and takes the lock as r decides
+// (waiting for it with wait). check, if not nil, runs once beside the first look at
+// the queue; its error aborts the acquire (a conflict).
+func (d *zkDriver) acquire(ctx context.Context, dir, infix string, wait bool, r rule, check func() error) (*zkLock, error) {
+	path, err := call(ctx, func() (string, error) { return d.create(dir, infix) },
 		func(path string, err error) { // ctx ended first: undo a create that went through
 			if err == nil {
 				d.discard(path)
@@ -61,7 +87,7 @@ func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.L
 	if err != nil {
 		return nil, err
 	}
-	lk, err := d.queue(ctx, dir, path, wait)
+	lk, err := d.queue(ctx, dir, path, wait, r, check)
 	if err != nil {
 		// Leave nothing behind: delete our node now, or in the background until the
 		// ensemble answers (or the session is gone).
@@ -76,14 +102,14 @@ func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.L
 	return lk, nil
 }
 
-// create makes our ephemeral sequential node in dir and returns its path. A create
-// whose answer was lost with the connection is looked up by its GUID rather than
-// made twice.
-func (d *zkDriver) create(dir string) (string, error) {
+// create makes our ephemeral sequential node in dir, named with infix, and returns
+// its path. A create whose answer was lost with the connection is looked up by its
+// GUID rather than made twice.
+func (d *zkDriver) create(dir, infix string) (string, error) {
 	var g [16]byte
 	_, _ = rand.Read(g[:])
 	guid := hex.EncodeToString(g[:])
-	prefix := dir + "/" + protectedPrefix + guid + "-" + lockInfix
+	prefix := dir + "/" + protectedPrefix + guid + "-" + infix
 	var err error
 	for range 8 {
 		var path string
@@ -121,11 +147,17 @@ func (d *zkDriver) create(dir string) (string, error) {
 }
 
 // makeDir creates dir as a container node (ZooKeeper deletes it once its last child
-// is gone), and the root if it is missing.
+// is gone), its parents below the root as containers too, and the root if it is
+// missing.
 func (d *zkDriver) makeDir(dir string) error {
 	_, err := d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
 	if errors.Is(err, zk.ErrNoNode) {
-		if err = makePath(d.conn, d.cfg.root, d.cfg.acl); err != nil {
+		if parent := dir[:strings.LastIndexByte(dir, '/')]; len(parent) > len(d.cfg.root) {
+			err = d.makeDir(parent)
+		} else {
+			err = makePath(d.conn, d.cfg.root, d.cfg.acl)
+		}
+		if err != nil {
 			return err
 		}
 		_, err = d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
@@ -150,13 +182,15 @@ func makePath(conn *zk.Conn, path string, acl []zk.ACL) error {
 	return nil
 }
 
-// queue waits (or, without wait, only checks) until our node at path is the lowest
-// in dir, and returns the held lock.
-func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkLock, error) {
+// queue waits (or, without wait, only checks) until r says our node at path holds
+// the lock, and returns the held lock.
+func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rule, check func() error) (*zkLock, error) {
 	name := path[len(dir)+1:]
-	seq, ok := parseSeq(name)
-	if !ok {
-		return nil, fmt.Errorf("unexpected lock node name %q", name)
+	checked := make(chan error, 1)
+	if check != nil {
+		go func() { checked <- check() }()
+	} else {
+		checked <- nil
 	}
 	// Our own node: its stat (the token, the session) and a watch that reports its
 	// end, asked for while the directory is listed.
@@ -193,8 +227,19 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkL
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+			select {
+			case err := <-checked:
+				if err != nil {
+					return nil, err
+				}
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-		pred, mine := predecessor(children, name, seq)
+		pred, mine, err := r(children, name)
+		if err != nil {
+			return nil, err
+		}
 		if !mine {
 			return nil, fmt.Errorf("our lock node %s is gone (session expired?)", path)
 		}
@@ -209,6 +254,16 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkL
 			ev <-chan zk.Event
 		}
 		w, err := call(ctx, func() (watch, error) {
+			if pred == watchDir { // any change of the directory's children
+				children, _, ev, err := d.conn.ChildrenW(dir)
+				if err != nil {
+					return watch{}, err
+				}
+				if p, _, err := r(children, name); err != nil || p != watchDir {
+					return watch{}, err // changed already: look again
+				}
+				return watch{true, ev}, nil
+			}
 			_, _, ev, err := d.conn.GetW(dir + "/" + pred)
 			if errors.Is(err, zk.ErrNoNode) {
 				return watch{}, nil

@@ -79,7 +79,12 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true}, nil
+	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true,
+		// Curator's layouts: the semaphore's queue is D/locks (a waiter that finds it
+		// empty may take a permit freed for an earlier one: no order promised); the
+		// read-write lock's nodes are served by sequence, writers first.
+		Semaphore: &spec.Primitive{Native: true, Fencing: true},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true}}, nil
 }
 
 // open connects to the hosts of u, waits for a session, creates the root if it is

@@ -247,6 +247,9 @@ func knownNames() map[string]bool {
 	for _, p := range spec.PrimitiveProperties {
 		m[string(p)] = true
 	}
+	for _, s := range spec.PrimitiveScenarios {
+		m[string(s)] = true
+	}
 	return m
 }
 

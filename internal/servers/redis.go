@@ -293,13 +293,42 @@ func (r *Redis) ShiftClock(ctx context.Context, offset string) error {
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	jump := d - r.clock
+	r.mu.Unlock()
+	// A probe key that expires halfway through a forward jump: once it is gone, the
+	// clock Redis expires keys by has moved too (TIME reads the clock at once; key
+	// expiry uses a time Redis caches).
+	probe := fmt.Sprintf("dlock:clockprobe:%d", time.Now().UnixNano())
+	if jump >= 2*time.Second {
+		if _, err := respDo(ctx, r.addr, "SET", probe, "1", "PX", fmt.Sprint((jump/2).Milliseconds())); err != nil {
+			return err
+		}
+	}
 	if err := r.fake.set(d, spec); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	r.clock = d
 	r.mu.Unlock()
-	return r.waitClock(ctx, d)
+	if err := r.waitClock(ctx, d); err != nil {
+		return err
+	}
+	for jump >= 2*time.Second {
+		ttl, err := respDo(ctx, r.addr, "PTTL", probe)
+		if err != nil {
+			return err
+		}
+		if ttl == "-2" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("servers: redis %s: keys do not expire by the shifted clock: %w", r.addr, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // ClockOffset returns the server's clock minus the local clock, measured with
