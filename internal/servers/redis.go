@@ -301,7 +301,7 @@ func (r *Redis) ShiftClock(ctx context.Context, offset string) error {
 	// expiry uses a time Redis caches).
 	probe := fmt.Sprintf("dlock:clockprobe:%d", time.Now().UnixNano())
 	if jump >= 2*time.Second {
-		if _, err := respDo(ctx, r.addr, "SET", probe, "1", "PX", fmt.Sprint((jump/2).Milliseconds())); err != nil {
+		if _, err := respDo(ctx, r.addr, "SET", probe, "1", "PX", fmt.Sprint((jump / 2).Milliseconds())); err != nil {
 			return err
 		}
 	}
