@@ -161,6 +161,29 @@ func RedisCluster(t testing.TB, n int) *servers.RedisCluster {
 	return c
 }
 
+// RedisSentinelGroup starts a private master with replicas replicas and sentinels
+// sentinels monitoring it (see servers.StartRedisSentinelGroup).
+func RedisSentinelGroup(t testing.TB, replicas, sentinels int) *servers.RedisSentinelGroup {
+	t.Helper()
+	g := start(t, "redis sentinel group", func(ctx context.Context) (*servers.RedisSentinelGroup, error) {
+		return servers.StartRedisSentinelGroup(ctx, replicas, sentinels)
+	})
+	cleanup(t, g)
+	return g
+}
+
+// PKI generates a throw-away certificate authority (servers.NewPKI), removed when
+// the test ends.
+func PKI(t testing.TB) *servers.PKI {
+	t.Helper()
+	p, err := servers.NewPKI()
+	if err != nil {
+		t.Fatalf("pki: %v", err)
+	}
+	cleanup(t, p)
+	return p
+}
+
 // MySQL returns the MySQL server shared by the test binary. Do not fault it.
 func MySQL(t testing.TB) *servers.MySQL {
 	t.Helper()
