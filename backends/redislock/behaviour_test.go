@@ -411,15 +411,20 @@ func TestTLSAndACLRefusals(t *testing.T) {
 			t.Errorf("%s: the error shows the password: %v", c.name, err)
 		}
 	}
-	// Verification off, spelled out: the CA and server name are not needed.
-	l, err := dlock.Open(ctx, "rediss://"+user+"?"+q("tls=skip-verify", cert, key))
-	if err != nil {
-		t.Fatalf("tls=skip-verify: %v", err)
+	// Verification off, spelled out: the CA and server name are not needed. And the
+	// SETNX variants take the same TLS parameters (as the administrator: the lock
+	// user's ACL covers New's commands only).
+	for _, u := range []string{"rediss://" + user + "?" + q("tls=skip-verify", cert, key),
+		"redis+setnx://:adm1n-pw@" + r.Addr() + "?" + q("variant=getset", ca, cert, key)} {
+		l, err := dlock.Open(ctx, u)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", strings.ReplaceAll(u, secretPassword, "…"), err)
+		}
+		if err := cycleOnce(ctx, l, uniqueKey("tls")); err != nil {
+			t.Error(err)
+		}
+		l.Close()
 	}
-	if err := cycleOnce(ctx, l, uniqueKey("skip-verify")); err != nil {
-		t.Error(err)
-	}
-	l.Close()
 	for _, u := range []string{good + "&tls=skip-verify", good + "&tls=false", "redis://" + r.Addr() + "?tls_ca=/nonexistent",
 		"redis://" + r.Addr() + "?" + cert, "redis://" + r.Addr() + "?tls=yes", "redis://" + r.Addr() + "?tls_ca=" + url.QueryEscape(pki.ClientKey)} {
 		if _, err := dlock.Open(ctx, u); !errors.Is(err, dlock.ErrInvalidURL) || strings.Contains(err.Error(), secretPassword) {
@@ -440,14 +445,14 @@ func TestClusterByURL(t *testing.T) {
 		keys = append(keys, "{"+redisops.SlotTag(slot)+"}cluster-url")
 	}
 	for _, u := range []string{"redis://" + strings.Join(addrs, ","), "redis://" + addrs[0] + "?cluster=true"} {
-		l := openURL(t, u)
+		l := servertest.Open(t, u)
 		for _, k := range keys {
 			if err := cycleOnce(ctx, l, k); err != nil {
 				t.Errorf("%s: %q: %v", u, k, err)
 			}
 		}
 	}
-	single := openURL(t, "redis://"+addrs[0])
+	single := servertest.Open(t, "redis://"+addrs[0])
 	moved := 0
 	for _, k := range keys {
 		if err := cycleOnce(ctx, single, k); err != nil && strings.Contains(err.Error(), "MOVED") {
@@ -474,7 +479,7 @@ func TestClusterByURL(t *testing.T) {
 func TestSentinelFailoverDuringLease(t *testing.T) {
 	g := servertest.RedisSentinelGroup(t, 2, 3)
 	u := "redis://" + strings.Join(g.SentinelAddrs(), ",") + "?sentinel_master=" + g.MasterName + "&wait_replicas=1&wait_timeout=500ms"
-	holder, other := openURL(t, u), openURL(t, u)
+	holder, other := servertest.Open(t, u), servertest.Open(t, u)
 	ctx := ctxFor(t, 2*time.Minute)
 	k := uniqueKey("sentinel-failover")
 	const ttl = 20 * time.Second
@@ -535,18 +540,6 @@ func TestSentinelFailoverDuringLease(t *testing.T) {
 // names the scenario it exposes the locks to.
 func TestInspect(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	find := func(t *testing.T, u string) map[string]spec.Finding {
-		t.Helper()
-		fs, err := dlock.Inspect(ctx, u)
-		if err != nil {
-			t.Fatalf("Inspect(%s): %v", u, err)
-		}
-		m := map[string]spec.Finding{}
-		for _, f := range fs {
-			m[f.Topic()] = f
-		}
-		return m
-	}
 	expect := func(t *testing.T, m map[string]spec.Finding, topic string, exposed bool, setting string) {
 		t.Helper()
 		f, ok := m[topic]
@@ -555,7 +548,7 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	t.Run("no persistence", func(t *testing.T) {
-		m := find(t, "redis://"+sharedRedis(t).Addr())
+		m := servertest.Findings(t, "redis://"+sharedRedis(t).Addr())
 		expect(t, m, "ServerRestart", true, `appendonly=no save=""`)
 		expect(t, m, "MutualExclusion", false, "maxmemory-policy=noeviction")
 		expect(t, m, "Failover", false, "connected_slaves:0")
@@ -563,20 +556,20 @@ func TestInspect(t *testing.T) {
 	})
 	t.Run("eviction and appendfsync always", func(t *testing.T) {
 		r := privateRedis(t, servers.RedisOptions{AOF: "always", Args: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
-		m := find(t, "redis://"+r.Addr())
+		m := servertest.Findings(t, "redis://"+r.Addr())
 		expect(t, m, "ServerRestart", false, "appendfsync=always")
 		expect(t, m, "MutualExclusion", true, "maxmemory-policy=allkeys-lru")
 		expect(t, m, "FencingMonotonic", true, "maxmemory-policy=allkeys-lru")
 	})
 	t.Run("replica", func(t *testing.T) {
 		master, _ := servertest.RedisReplicaPair(t)
-		expect(t, find(t, "redis://"+master.Addr()), "Failover", true, "connected_slaves:1 wait_replicas=0")
-		expect(t, find(t, "redis://"+master.Addr()+"?wait_replicas=1"), "Failover", false, "wait_replicas=1")
-		expect(t, find(t, "redis://"+master.Addr()+"?wait_replicas=2"), "Failover", true, "wait_replicas=2")
+		expect(t, servertest.Findings(t, "redis://"+master.Addr()), "Failover", true, "connected_slaves:1 wait_replicas=0")
+		expect(t, servertest.Findings(t, "redis://"+master.Addr()+"?wait_replicas=1"), "Failover", false, "wait_replicas=1")
+		expect(t, servertest.Findings(t, "redis://"+master.Addr()+"?wait_replicas=2"), "Failover", true, "wait_replicas=2")
 	})
 	t.Run("lock user without CONFIG", func(t *testing.T) {
 		_, _, u := secureRedis(t)
-		m := find(t, u)
+		m := servertest.Findings(t, u)
 		expect(t, m, "ServerRestart", true, "NOPERM")
 		expect(t, m, "Failover", true, "NOPERM")
 	})

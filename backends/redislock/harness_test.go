@@ -126,20 +126,9 @@ type harness struct {
 
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	if h.url != "" {
-		return openURL(t, h.url)
+		return servertest.Open(t, h.url)
 	}
 	return redislock.New(h.newClient(t), h.opts...)
-}
-
-// openURL opens rawURL, closed when t ends.
-func openURL(t testing.TB, rawURL string) dlock.Locker {
-	t.Helper()
-	l, err := dlock.Open(ctxFor(t, 30*time.Second), rawURL)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
 }
 
 func (h *harness) Capabilities() spec.Capabilities {
@@ -195,30 +184,18 @@ func TestConformanceCluster(t *testing.T) {
 	conformance.Run(t, clusterHarness(t))
 }
 
-// lockUserACL is what a Redis user needs to take locks with New (documented in
-// docs/connecting.md): the connection commands, the scripts and every command they
-// run, the release channels, WAIT (wait_replicas) and the Cluster's slot map. Keys:
-// the lock names themselves and the fencing counters.
-var lockUserACL = []string{"on", "~*", "&" + redisops.ChannelPrefix + "*", "-@all", "+@connection", "+ping",
-	"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+exists", "+type", "+del", "+publish", "+pexpire",
-	"+subscribe", "+unsubscribe", "+wait", "+cluster|slots", "+cluster|shards"}
-
 // secretPassword is the lock user's password in the TLS and ACL tests: no message
 // may show it.
 const secretPassword = "S3CRET-redis-pw"
 
 // secureRedis starts a Redis that speaks TLS only and wants client certificates,
-// whose default user has a password, with an ACL user "locker" (lockUserACL,
-// password secretPassword). It returns the server, its PKI and the rediss:// URL
+// whose default user has a password, with an ACL user "locker"
+// (redisops.LockUserACL, password secretPassword). It returns the server, its PKI and the rediss:// URL
 // of the lock user (verifying the server as "localhost", by the PKI's CA).
 func secureRedis(t testing.TB) (*servers.Redis, *servers.PKI, string) {
 	pki := servertest.PKI(t)
-	r := privateRedis(t, servers.RedisOptions{TLS: pki, Password: "adm1n-pw"})
-	if _, err := r.Do(ctxFor(t, 10*time.Second), append([]string{"ACL", "SETUSER", "locker", "reset", ">" + secretPassword}, lockUserACL...)...); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
-	u := fmt.Sprintf("rediss://locker:%s@%s?tls_ca=%s&tls_cert=%s&tls_key=%s&tls_server_name=localhost",
-		secretPassword, r.Addr(), url.QueryEscape(pki.CAFile), url.QueryEscape(pki.ClientCert), url.QueryEscape(pki.ClientKey))
+	r := servertest.SecureRedis(t, pki, "adm1n-pw", "locker", secretPassword, redisops.LockUserACL)
+	u := fmt.Sprintf("rediss://locker:%s@%s?%s", secretPassword, r.Addr(), pki.URLQuery())
 	return r, pki, u
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -147,6 +148,14 @@ func writePEM(path, kind string, der []byte) error {
 // its client certificate.
 func (p *PKI) ClientTLS() *tls.Config {
 	return &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}, MinVersion: tls.VersionTLS12}
+}
+
+// URLQuery returns the TLS query parameters of a lock URL (internal/tlsurl) that
+// trusts the PKI's CA, presents its client certificate, and verifies the server
+// as "localhost".
+func (p *PKI) URLQuery() string {
+	return "tls_ca=" + url.QueryEscape(p.CAFile) + "&tls_cert=" + url.QueryEscape(p.ClientCert) +
+		"&tls_key=" + url.QueryEscape(p.ClientKey) + "&tls_server_name=localhost"
 }
 
 // Close removes the PKI's directory.

@@ -2,6 +2,9 @@ package servers_test
 
 import (
 	"crypto/tls"
+	"io"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,4 +66,26 @@ func TestRedisSentinelGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("failover to %s done %v after the kill", addr, time.Since(t0).Round(time.Millisecond))
+}
+
+// TestZooKeeperTLS: a ZooKeeper started with a PKI serves its client port over TLS
+// only (FourLetter speaks it), and a plain-text request gets no answer.
+func TestZooKeeperTLS(t *testing.T) {
+	pki := servertest.PKI(t)
+	z := servertest.NewZooKeeperWith(t, servers.ZooKeeperOptions{TLS: pki})
+	if m, err := z.Mode(ctxT(t, 10*time.Second)); err != nil || m != "standalone" {
+		t.Fatalf("Mode over TLS: %q, %v", m, err)
+	}
+	c, err := net.DialTimeout("tcp", z.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("srvr")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(c); strings.Contains(string(b), "Mode") {
+		t.Errorf("a plain-text srvr was answered: %q", b)
+	}
 }
