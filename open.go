@@ -158,7 +158,7 @@ func ParseURL(rawURL string) (*url.URL, error) {
 			// they stumbled on, which may be part of the password.
 			return nil, fmt.Errorf("%w: malformed URL (not shown: it may hold a password); %s", ErrInvalidURL, userinfoHint)
 		}
-		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
+		return nil, fmt.Errorf("%w: %w (want scheme://…, one of %s)", ErrInvalidURL, err, strings.Join(Schemes(), ", "))
 	}
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w: %q has no scheme (want scheme://…, one of %s)", ErrInvalidURL, u.Redacted(), strings.Join(Schemes(), ", "))

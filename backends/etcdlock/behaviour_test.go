@@ -428,15 +428,21 @@ func TestInspect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The dead member's endpoint first: the opener must not stop at it.
+		var eps []string
+		killed := false
 		for _, m := range c.Members {
-			if m != leader {
-				if err := m.Kill(); err != nil {
-					t.Fatal(err)
-				}
-				break
+			if m == leader || killed {
+				eps = append(eps, m.Addr())
+				continue
 			}
+			if err := m.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+			eps = append([]string{m.Addr()}, eps...)
 		}
-		m = servertest.Findings(t, "etcd://"+strings.Join(c.Endpoints(), ","))
+		m = servertest.Findings(t, "etcd://"+strings.Join(eps, ","))
 		if f := m[string(spec.QuorumLoss)]; !f.Exposed || !strings.Contains(f.Setting, "healthy=2") || !strings.Contains(f.Setting, "does not answer") {
 			t.Errorf("QuorumLoss with a member down: %+v", f)
 		}
