@@ -111,7 +111,8 @@ type harness struct {
 	root    string
 	timeout time.Duration
 	admin   *zk.Conn
-	// userinfo ("user:password@") and query ("&…") go into the clients' URLs.
+	// userinfo ("user:password@") and query (more parameters) go into the clients'
+	// URLs.
 	userinfo, query string
 
 	mu      sync.Mutex
@@ -147,7 +148,11 @@ func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
 
 // url is the zk:// URL of the harness's root and session timeout on hosts.
 func (h *harness) url(hosts []string) string {
-	return fmt.Sprintf("zk://%s%s%s?session_timeout=%v%s", h.userinfo, strings.Join(hosts, ","), h.root, h.timeout, h.query)
+	q := []string{"session_timeout=" + h.timeout.String()}
+	if h.query != "" {
+		q = append(q, h.query)
+	}
+	return fmt.Sprintf("zk://%s%s%s?%s", h.userinfo, strings.Join(hosts, ","), h.root, strings.Join(q, "&"))
 }
 
 func (h *harness) Name() string { return h.name }
@@ -227,7 +232,7 @@ func TestConformanceTLSAuth(t *testing.T) {
 	z := servertest.NewZooKeeperWith(t, servers.ZooKeeperOptions{TLS: pki})
 	h := &harness{name: "zk (TLS, digest ACL)", addrs: z.Addrs(), root: "/dlock-secure", timeout: 2 * time.Second,
 		admin:    connectAs(t, z.Addrs(), 10*time.Second, pki.ClientTLS(), "locker:"+secretPassword),
-		userinfo: "locker:" + secretPassword + "@", query: "&" + pki.URLQuery(), proxies: map[dlock.Locker][]*servers.Proxy{}}
+		userinfo: "locker:" + secretPassword + "@", query: pki.URLQuery(), proxies: map[dlock.Locker][]*servers.Proxy{}}
 	conformance.Run(t, h)
 }
 
