@@ -106,6 +106,7 @@ always explains its own failures.`
 
 // runConfig holds the parsed flags of "dlock run".
 type runConfig struct {
+	src         urlSource
 	url, key    string
 	ttl, grace  time.Duration
 	wait        waitFlag
@@ -118,7 +119,7 @@ var runCfg runConfig
 func runFlags(fs *flag.FlagSet) {
 	runCfg = runConfig{wait: waitFlag{forever: true}}
 	c := &runCfg
-	fs.StringVar(&c.url, "url", "", "lock backend `URL` (required), e.g. redis://127.0.0.1:6379")
+	c.src.register(fs)
 	fs.StringVar(&c.key, "key", "", "lock name (required): 1 to 255 bytes of UTF-8")
 	fs.DurationVar(&c.ttl, "ttl", 0, "lease TTL; the lease is renewed every ttl/3 while the command runs\n(default: the backend's, 10s; ZooKeeper and GET_LOCK leases last as long as the session and ignore it)")
 	fs.Var(&c.wait, "wait", "how long to wait for the lock: a `duration` such as 30s, 0 to try once, or forever")
@@ -178,9 +179,11 @@ func runCommand(fs *flag.FlagSet) int {
 	cmd := commands["run"]
 	c := runCfg
 	argv := fs.Args()
+	var err error
+	if c.url, err = c.src.resolve(); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
 	switch {
-	case c.url == "":
-		return cmd.usageError(os.Stderr, "--url is required")
 	case c.key == "":
 		return cmd.usageError(os.Stderr, "--key is required")
 	case len(argv) == 0:

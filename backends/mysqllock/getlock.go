@@ -2,6 +2,7 @@ package mysqllock
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
@@ -172,6 +173,13 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk 
 	name := GetLockName(key)
 	var got sql.NullInt64
 	var waitTimeout int64
+	// A waiting statement carries a mark of its own, by which killWait finds it.
+	var mark string
+	if wait {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		mark = "/* dlock-wait " + hex.EncodeToString(b[:]) + " */ "
+	}
 	for {
 		timeout := time.Duration(0)
 		if wait {
@@ -183,7 +191,7 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk 
 		}
 		// The name is made only of [a-z0-9_./:#-] (GetLockName), so it is safe as a
 		// literal; a placeholder would cost a prepare round trip on a fresh statement.
-		q := fmt.Sprintf("SELECT GET_LOCK('%s', %d), @@session.wait_timeout", name, int64(timeout/time.Second))
+		q := fmt.Sprintf("SELECT %sGET_LOCK('%s', %d), @@session.wait_timeout", mark, name, int64(timeout/time.Second))
 		err = conn.QueryRowContext(ctx, q).Scan(&got, &waitTimeout)
 		if err != nil || !got.Valid || got.Int64 == 1 || !wait || ctx.Err() != nil {
 			break
@@ -192,6 +200,9 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk 
 	switch {
 	case err != nil:
 		discard(conn) // a cancelled GET_LOCK may still have run: ending the session frees it
+		if mark != "" && ctx.Err() != nil {
+			d.killWait(context.WithoutCancel(ctx), mark)
+		}
 		return nil, d.waitErr(ctx, fmt.Errorf("mysqllock: GET_LOCK: %w", err))
 	case !got.Valid:
 		discard(conn)
@@ -211,6 +222,25 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk 
 	l.watch()
 	return l, nil
 }
+
+// killWait ends the session still waiting in the statement marked mark, if any.
+// The driver drops the connection of a cancelled statement, but the server looks
+// for a vanished client only about once a second while GET_LOCK waits: a release
+// in between would grant the lock to the dead session until it noticed. A user may
+// see and kill its own sessions without any privilege.
+func (d *getLockDriver) killWait(ctx context.Context, mark string) {
+	ctx, cancel := context.WithTimeout(ctx, killTimeout)
+	defer cancel()
+	var id int64
+	err := d.db.QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
+		"%"+mark+"%").Scan(&id)
+	if err == nil {
+		_, _ = d.db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+	}
+}
+
+// killTimeout bounds killWait.
+const killTimeout = 2 * time.Second
 
 // waitErr says why a wait ended: ctx ended (wrapped, as driver.Waiter asks), or err.
 func (d *getLockDriver) waitErr(ctx context.Context, err error) error {

@@ -3,6 +3,7 @@ package mysqllock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -13,13 +14,17 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
 // URL schemes this package registers with dlock.Open.
 const (
 	// Scheme opens New: mysql://user:pass@host:port/db?table=name. The database is
-	// required; the table (default DefaultTable) is created if absent.
+	// required; the table (default DefaultTable) is created if absent — only then
+	// does the user need the CREATE privilege. Both schemes take the TLS parameters
+	// (tls=true|false|skip-verify, tls_ca, tls_cert, tls_key, tls_server_name; see
+	// docs/connecting.md).
 	Scheme = "mysql"
 	// GetLockScheme opens NewGetLock:
 	// mysql+getlock://user:pass@host:port/db?wait_timeout=30&check_interval=1s&max_conns=100.
@@ -30,17 +35,17 @@ const (
 )
 
 func init() {
-	dlock.Register(dlock.Scheme{Name: Scheme, Open: openTable, Declare: declareTable})
-	dlock.Register(dlock.Scheme{Name: GetLockScheme, Open: openGetLock, Declare: declareGetLock})
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: openTable, Declare: declareTable, Inspect: inspectTable})
+	dlock.Register(dlock.Scheme{Name: GetLockScheme, Open: openGetLock, Declare: declareGetLock, Inspect: inspectGetLock})
 }
 
 // parseTable returns the driver configuration and the options of a mysql:// URL.
 func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
-	q, err := dlock.ParseQuery(u, "table")
+	q, err := dlock.ParseQuery(u, tlsurl.With("table")...)
 	if err != nil {
 		return nil, nil, config{}, err
 	}
-	cfg, err := dsnConfig(u)
+	cfg, err := dsnConfig(u, q)
 	if err != nil {
 		return nil, nil, config{}, err
 	}
@@ -80,7 +85,7 @@ func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Migrate(ctx, db, opts...); err != nil {
+	if err := ensureTable(ctx, db, c.table, opts); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -95,11 +100,11 @@ const defaultWaitTimeout = 8 * time.Hour
 // parseGetLock returns the driver configuration, the Locker's configuration and the
 // wait_timeout of a mysql+getlock:// URL.
 func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, error) {
-	q, err := dlock.ParseQuery(u, "wait_timeout", "check_interval", "max_conns")
+	q, err := dlock.ParseQuery(u, tlsurl.With("wait_timeout", "check_interval", "max_conns")...)
 	if err != nil {
 		return nil, getLockConfig{}, 0, err
 	}
-	cfg, err := dsnConfig(u)
+	cfg, err := dsnConfig(u, q)
 	if err != nil {
 		return nil, getLockConfig{}, 0, err
 	}
@@ -162,8 +167,33 @@ func openGetLock(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	return newGetLockLocker(db, c), nil
 }
 
-// dsnConfig turns user:pass@host:port/db into a driver configuration.
-func dsnConfig(u *url.URL) (*mysql.Config, error) {
+// ensureTable creates the lock table unless it exists: a table an administrator
+// created in advance needs no CREATE privilege (Migrate would need it even then:
+// the server checks it before it looks for the table). A user without privileges
+// on a missing table is told it is denied SELECT, not that the table is missing:
+// then too the table is created, or the CREATE's refusal returned.
+func ensureTable(ctx context.Context, db *sql.DB, table string, opts []Option) error {
+	_, err := db.ExecContext(ctx, "SELECT 1 FROM "+quoteIdent(table)+" LIMIT 0")
+	var me *mysql.MySQLError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erTableAccessDenied):
+		return Migrate(ctx, db, opts...)
+	}
+	return fmt.Errorf("mysqllock: table %s: %w", quoteIdent(table), err)
+}
+
+// The server's error numbers for a missing table (ER_NO_SUCH_TABLE) and a command
+// denied on a table (ER_TABLEACCESS_DENIED_ERROR).
+const (
+	erNoSuchTable       = 1146
+	erTableAccessDenied = 1142
+)
+
+// dsnConfig turns user:pass@host:port/db and the TLS parameters of q into a driver
+// configuration.
+func dsnConfig(u *url.URL, q map[string]string) (*mysql.Config, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("%w: %s:// needs a host: %s://user:pass@host:port/db", dlock.ErrInvalidURL, u.Scheme, u.Scheme)
 	}
@@ -183,6 +213,11 @@ func dsnConfig(u *url.URL) (*mysql.Config, error) {
 	}
 	cfg.DBName = db
 	cfg.Timeout = 10 * time.Second
+	tc, err := tlsurl.Config(q, false)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TLS = tc
 	return cfg, nil
 }
 

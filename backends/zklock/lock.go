@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,6 +211,9 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 	}()
 	var me own
 	haveOwn := false
+	// Children that are named like lock nodes but are not ephemeral: planted (a
+	// persistent node does not end with a session), never a holder.
+	planted := map[string]bool{}
 	for {
 		children, err := call(ctx, func() ([]string, error) {
 			c, _, err := d.conn.Children(dir)
@@ -236,6 +240,7 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 				return nil, ctx.Err()
 			}
 		}
+		children = slices.DeleteFunc(children, func(c string) bool { return planted[c] })
 		pred, mine, err := r(children, name)
 		if err != nil {
 			return nil, err
@@ -246,12 +251,13 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 		if pred == "" {
 			return d.hold(path, me.st, me.ev), nil
 		}
-		if !wait {
-			return nil, driver.Busy(0)
-		}
+		// Watch the predecessor (or, for a TryLock, only look at it): its stat says
+		// whether a session owns it. One round trip either way, and a waiter needs it
+		// anyway; a TryLock pays it only when it finds the key held.
 		type watch struct {
-			ok bool
-			ev <-chan zk.Event
+			ok        bool
+			ephemeral bool
+			ev        <-chan zk.Event
 		}
 		w, err := call(ctx, func() (watch, error) {
 			if pred == watchDir { // any change of the directory's children
@@ -259,22 +265,43 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 				if err != nil {
 					return watch{}, err
 				}
+				children = slices.DeleteFunc(children, func(c string) bool { return planted[c] })
 				if p, _, err := r(children, name); err != nil || p != watchDir {
 					return watch{}, err // changed already: look again
 				}
-				return watch{true, ev}, nil
+				return watch{ok: true, ephemeral: true, ev: ev}, nil
 			}
-			_, _, ev, err := d.conn.GetW(dir + "/" + pred)
+			var st *zk.Stat
+			var ev <-chan zk.Event
+			var err error
+			if wait {
+				_, st, ev, err = d.conn.GetW(dir + "/" + pred)
+			} else {
+				var ok bool
+				ok, st, err = d.conn.Exists(dir + "/" + pred)
+				if err == nil && !ok {
+					err = zk.ErrNoNode
+				}
+			}
 			if errors.Is(err, zk.ErrNoNode) {
 				return watch{}, nil
 			}
-			return watch{ev != nil, ev}, err
+			return watch{ok: err == nil, ephemeral: st != nil && st.EphemeralOwner != 0, ev: ev}, err
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("watch %s: %w", pred, err)
 		}
 		if !w.ok {
 			continue // gone already: look again
+		}
+		if !w.ephemeral {
+			// Not a lock of anyone's: ignore it and look again. (Its watch, if set,
+			// stays registered until the node changes: one buffered event, dropped.)
+			planted[pred] = true
+			continue
+		}
+		if !wait {
+			return nil, driver.Busy(0)
 		}
 		select {
 		case e := <-w.ev:
@@ -297,20 +324,39 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 	}
 }
 
-// parseSeq returns the sequence number of a lock node: the digits after the last
-// "lock-", as zk.Lock and Curator read them.
-func parseSeq(name string) (int64, bool) {
-	i := strings.LastIndex(name, lockInfix)
-	if i < 0 {
+// parseSeq returns the sequence number of a lock node of this protocol: a name
+// "lock-" followed by the 10 digits ZooKeeper appends to a sequential node, with or
+// without the protection prefix "_c_<id>-" that dlock, go-zookeeper's zk.Lock
+// (a 32-digit hex id) and Curator (a UUID) put before it. Any other child of a lock
+// directory is not a lock node: ok is false.
+func parseSeq(name string) (seq int64, ok bool) {
+	if len(name) < len(lockInfix)+seqDigits {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(name[i+len(lockInfix):], 10, 64)
+	digits := name[len(name)-seqDigits:]
+	head, ok := strings.CutSuffix(name[:len(name)-seqDigits], lockInfix)
+	if !ok || head != "" && !protected(head) || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
 	return n, err == nil
 }
 
+// protected reports whether head is a protection prefix: "_c_", an id of hex digits
+// and dashes, "-".
+func protected(head string) bool {
+	id, ok := strings.CutPrefix(head, protectedPrefix)
+	id, dash := strings.CutSuffix(id, "-")
+	return ok && dash && id != "" && strings.Trim(id, "0123456789abcdefABCDEF-") == ""
+}
+
+// seqDigits is the width of the sequence number ZooKeeper appends to a sequential
+// node's name.
+const seqDigits = 10
+
 // predecessor returns the child just before ours ("" if ours is the lowest), and
-// whether ours is among children at all. Children that are not lock nodes are
-// ignored.
+// whether ours is among children at all. Children that are not lock nodes of this
+// protocol, and those found planted, are ignored.
 func predecessor(children []string, name string, seq int64) (pred string, mine bool) {
 	best := int64(-1 << 63)
 	for _, c := range children {

@@ -32,6 +32,17 @@ const FencePrefix = "dlock:fence\xff"
 // ChannelPrefix starts every release channel.
 const ChannelPrefix = "dlock:release:"
 
+// LockUserACL is what a Redis ACL user needs to take locks with redislock.New or
+// redlock.New, as arguments of ACL SETUSER after the user's name and password: the
+// connection commands, the three scripts and every command they run, the release
+// channels, WAIT (wait_replicas) and the Cluster's slot map. Keys: the lock names
+// themselves and the fencing counters; narrow "~*" to the patterns of your lock
+// names plus "~dlock:fence*" if you like. The TLS conformance tests run with exactly
+// these rules; docs/connecting.md lists them.
+var LockUserACL = []string{"on", "~*", "&" + ChannelPrefix + "*", "-@all", "+@connection", "+ping",
+	"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+exists", "+type", "+del", "+publish", "+pexpire",
+	"+subscribe", "+unsubscribe", "+wait", "+cluster|slots", "+cluster|shards"}
+
 // LockKey returns the Redis key of the lock named key: key itself.
 func LockKey(key string) string { return key }
 
