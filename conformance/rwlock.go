@@ -138,7 +138,7 @@ func (s *suite) writerProgress(t *testing.T, v *verdict) {
 	k := key(t, "rw-writer")
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	reading := make(chan struct{}, readers)
+	reading := make(chan error, readers)
 	g := newGauge(0)
 	for i := range readers {
 		h := shared{newRWMutex(t, s.client(t), k)}
@@ -160,9 +160,18 @@ func (s *suite) writerProgress(t *testing.T, v *verdict) {
 					_ = cur.Release(context.Background())
 					cur = nil
 				}
+				if err != nil && !errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+					if n == 0 {
+						reading <- fmt.Errorf("%s: TryAcquireShared: %w", name, err)
+					}
+					return
+				}
 				if err != nil {
 					if next, err = h.Acquire(ctx, dlock.WithTTL(30*time.Second)); err != nil {
-						return // stopped
+						if n == 0 && ctx.Err() == nil {
+							reading <- fmt.Errorf("%s: AcquireShared: %w", name, err)
+						}
+						return // stopped, or the error was reported
 					}
 				}
 				g.enter(name, false)
@@ -171,7 +180,7 @@ func (s *suite) writerProgress(t *testing.T, v *verdict) {
 				}
 				cur = next
 				if n == 0 {
-					reading <- struct{}{}
+					reading <- nil
 				}
 				select {
 				case <-ctx.Done():
@@ -182,7 +191,9 @@ func (s *suite) writerProgress(t *testing.T, v *verdict) {
 	}
 	defer func() { stop(); wg.Wait() }()
 	for range readers {
-		<-reading
+		if err := <-reading; err != nil {
+			t.Fatalf("a reader could not start its stream: %v", err)
+		}
 	}
 	w := newRWMutex(t, s.client(t), k)
 	t0 := time.Now()
