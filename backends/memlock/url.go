@@ -32,11 +32,13 @@ func parseURL(u *url.URL) error {
 	return err
 }
 
-// declare: every property holds; waiters queue (FIFO). There are no servers to
-// fault.
+// declare: every property holds; waiters queue (FIFO); elections are the Store's
+// own (every term recorded for observers), sets of keys are taken key by key.
+// There are no servers to fault.
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FIFO: true}, nil
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FIFO: true,
+		Election: &spec.Primitive{Native: true, Fencing: true}, MultiKey: &spec.Primitive{Fencing: true}}, nil
 }
