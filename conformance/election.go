@@ -156,19 +156,22 @@ func (s *suite) electionObserve(t *testing.T, v *verdict) {
 	for i := range chans {
 		chans[i] = election(t, s.client(t), name).Observe(ctx)
 	}
-	next := func(i int) (dlock.Leader, bool) {
+	next := func(i int, deadline time.Time) (dlock.Leader, bool) {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
 		select {
 		case l, ok := <-chans[i]:
 			return l, ok
-		case <-time.After(10 * time.Second):
+		case <-t.C:
 			return dlock.Leader{}, false
 		}
 	}
-	// expect has every observer report want next.
+	// expect has every observer report want next, within 10s.
 	expect := func(want term) bool {
 		ok := true
+		deadline := time.Now().Add(10 * time.Second)
 		for i := range chans {
-			got, open := next(i)
+			got, open := next(i, deadline)
 			switch {
 			case !open:
 				v.violated("observer %d did not report the leader %q (token %d) within 10s", i, want.value, want.token)
@@ -181,16 +184,18 @@ func (s *suite) electionObserve(t *testing.T, v *verdict) {
 		return ok
 	}
 	if !expect(term{"first", first.Token()}) {
+		_ = first.Release(ctxFor(t, 10*time.Second))
 		return
 	}
 	release(t, first)
 	for i := range turns {
 		ls := mustLead(t, election(t, s.client(t), name), fmt.Sprintf("turn%d", i), dlock.WithTTL(30*time.Second))
 		ok := expect(term{fmt.Sprintf("turn%d", i), ls.Token()})
-		release(t, ls)
 		if !ok {
+			_ = ls.Release(ctxFor(t, 10*time.Second))
 			return
 		}
+		release(t, ls)
 	}
 
 	// Fast churn: candidates resign as soon as they lead.
@@ -225,11 +230,12 @@ func (s *suite) electionObserve(t *testing.T, v *verdict) {
 	defer release(t, final)
 	granted[final.Token()] = "final"
 	missed := 0
+	deadline := time.Now().Add(10 * time.Second)
 	for i := range chans {
 		var prev uint64
 		seen := 0
 		for prev < final.Token() {
-			got, open := next(i)
+			got, open := next(i, deadline)
 			if !open {
 				v.violated("observer %d did not report the leader that followed the churn (token %d) within 10s; its last report was token %d", i, final.Token(), prev)
 				break

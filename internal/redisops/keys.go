@@ -37,12 +37,16 @@ func LockKey(key string) string { return key }
 
 // FenceKey returns the Redis key of key's fencing counter, in the same Redis
 // Cluster hash slot as LockKey(key) for every key.
-func FenceKey(key string) string {
+func FenceKey(key string) string { return inSlotOf(FencePrefix, key) }
+
+// inSlotOf returns prefix + "{" + tag + "}" + key, with tag chosen so that the
+// result is in key's Redis Cluster hash slot (see the layout above).
+func inSlotOf(prefix, key string) string {
 	tag := HashedPart(key)
 	if strings.IndexByte(tag, '}') >= 0 {
 		tag = SlotTag(Slot(key))
 	}
-	return FencePrefix + "{" + tag + "}" + key
+	return prefix + "{" + tag + "}" + key
 }
 
 // Channel returns the pub/sub channel on which the release script announces that
