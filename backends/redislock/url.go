@@ -120,7 +120,8 @@ var (
 	})
 )
 
-// declare: fencing, per-lease TTLs, refresh. An empty server comes back from a
+// declare: fencing, per-lease TTLs, refresh; elections (election.go) and sets of
+// keys in one script (multi.go; key by key across Redis Cluster slots). An empty server comes back from a
 // restart without persistence (every lock gone), Redis expires keys by its wall
 // clock (a clock jump frees them), and, without wait_replicas, a promoted replica may
 // never have seen a lock.
@@ -130,6 +131,7 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		return spec.Capabilities{}, err
 	}
 	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+		Election: &spec.Primitive{Native: true, Fencing: true}, MultiKey: &spec.Primitive{Native: true, Fencing: true},
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated}}
 	if r.ack < 1 {
 		c.FaultOutcomes[spec.Failover] = spec.Violated
