@@ -81,7 +81,12 @@ func (d *etcdDriver) heldKey(key string, token uint64) (string, bool) {
 }
 
 func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	queue := d.queue(key)
+	return d.tryIn(ctx, key, d.queue(key), "", ttl)
+}
+
+// tryIn takes the lock whose queue is queue (a mutex's, or an election's) for key,
+// its key written with value, if nobody queues in it.
+func (d *etcdDriver) tryIn(ctx context.Context, key, queue, value string, ttl time.Duration) (driver.Lock, error) {
 	for retried := false; ; retried = true {
 		ls, err := d.leases.get(ctx, ttl)
 		if err != nil {
@@ -90,7 +95,7 @@ func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration)
 		name := lockKey(queue, ls)
 		resp, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(queue), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(name, "", clientv3.WithLease(ls.id))).
+			Then(clientv3.OpPut(name, value, clientv3.WithLease(ls.id))).
 			Commit()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried:
@@ -102,12 +107,17 @@ func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration)
 			d.leases.put(ls)
 			return nil, driver.Busy(0)
 		}
-		return d.grant(key, name, resp.Header.Revision, resp.Header.Revision, ls), nil
+		return d.grant(key, name, value, resp.Header.Revision, resp.Header.Revision, ls), nil
 	}
 }
 
 func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	queue := d.queue(key)
+	return d.lockIn(ctx, key, d.queue(key), "", ttl)
+}
+
+// lockIn queues in queue (a mutex's, or an election's) for key, its key written
+// with value, and waits until it is first.
+func (d *etcdDriver) lockIn(ctx context.Context, key, queue, value string, ttl time.Duration) (driver.Lock, error) {
 	for retried := false; ; {
 		ls, err := d.leases.get(ctx, ttl)
 		if err != nil {
@@ -116,7 +126,7 @@ func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (d
 		name := lockKey(queue, ls)
 		resp, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-			Then(clientv3.OpPut(name, "", clientv3.WithLease(ls.id)),
+			Then(clientv3.OpPut(name, value, clientv3.WithLease(ls.id)),
 				clientv3.OpGet(queue, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))).
 			Commit()
@@ -139,7 +149,7 @@ func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (d
 			}
 		}
 		if len(preds) == 0 {
-			return d.grant(key, name, rev, rev, ls), nil
+			return d.grant(key, name, value, rev, rev, ls), nil
 		}
 		seen, err := d.wait(ctx, queue, name, rev, preds, ls)
 		if err == nil {
@@ -157,7 +167,7 @@ func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (d
 			d.leases.revoke(ls) // leaves the queue: the lease takes our key away
 			return nil, err
 		}
-		return d.grant(key, name, rev, seen, ls), nil
+		return d.grant(key, name, value, rev, seen, ls), nil
 	}
 }
 
@@ -301,10 +311,11 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// grant makes the lock for our key name (created at rev, seen still there at seen)
+// grant makes the lock for our key name (written with value, created at rev, seen
+// still there at seen)
 // and starts watching it for loss.
-func (d *etcdDriver) grant(key, name string, rev, seen int64, ls *lease) *etcdLock {
-	lk := &etcdLock{d: d, key: key, name: name, rev: rev, lease: ls, lost: make(chan struct{})}
+func (d *etcdDriver) grant(key, name, value string, rev, seen int64, ls *lease) *etcdLock {
+	lk := &etcdLock{d: d, key: key, name: name, value: value, rev: rev, lease: ls, lost: make(chan struct{})}
 	lk.watchCtx, lk.stopWatch = context.WithCancel(d.ctx)
 	d.mu.Lock()
 	d.held[heldID{key, uint64(rev)}] = name
@@ -344,6 +355,7 @@ type etcdLock struct {
 	d         *etcdDriver
 	key       string
 	name      string
+	value     string // what our key holds (an election's leader value)
 	rev       int64
 	watchCtx  context.Context
 	stopWatch context.CancelFunc
@@ -421,7 +433,7 @@ func (l *etcdLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	resp, err := l.d.cli.Txn(ctx).If(l.owned()).
-		Then(clientv3.OpPut(l.name, "", clientv3.WithLease(nl.id))).Commit()
+		Then(clientv3.OpPut(l.name, l.value, clientv3.WithLease(nl.id))).Commit()
 	switch {
 	case err != nil:
 		// Our key is on cur or on nl: neither can be trusted nor revoked.
