@@ -51,8 +51,18 @@ func (d *zkDriver) Close() error {
 }
 
 func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.Lock, error) {
-	dir := LockDir(d.cfg.root, key)
-	path, err := call(ctx, func() (string, error) { return d.create(dir) },
+	lk, err := d.acquireIn(ctx, LockDir(d.cfg.root, key), lockInfix, nil, wait)
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+// acquireIn queues in dir (a lock's directory, or an election's) with a node named
+// with infix ("lock-", "latch-") that holds data, and waits (or, without wait, only
+// checks) until it is the lowest.
+func (d *zkDriver) acquireIn(ctx context.Context, dir, infix string, data []byte, wait bool) (*zkLock, error) {
+	path, err := call(ctx, func() (string, error) { return d.create(dir, infix, data) },
 		func(path string, err error) { // ctx ended first: undo a create that went through
 			if err == nil {
 				d.discard(path)
@@ -61,7 +71,7 @@ func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.L
 	if err != nil {
 		return nil, err
 	}
-	lk, err := d.queue(ctx, dir, path, wait)
+	lk, err := d.queue(ctx, dir, path, infix, wait)
 	if err != nil {
 		// Leave nothing behind: delete our node now, or in the background until the
 		// ensemble answers (or the session is gone).
@@ -76,18 +86,18 @@ func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.L
 	return lk, nil
 }
 
-// create makes our ephemeral sequential node in dir and returns its path. A create
-// whose answer was lost with the connection is looked up by its GUID rather than
-// made twice.
-func (d *zkDriver) create(dir string) (string, error) {
+// create makes our ephemeral sequential node (named with infix, holding data) in dir
+// and returns its path. A create whose answer was lost with the connection is
+// looked up by its GUID rather than made twice.
+func (d *zkDriver) create(dir, infix string, data []byte) (string, error) {
 	var g [16]byte
 	_, _ = rand.Read(g[:])
 	guid := hex.EncodeToString(g[:])
-	prefix := dir + "/" + protectedPrefix + guid + "-" + lockInfix
+	prefix := dir + "/" + protectedPrefix + guid + "-" + infix
 	var err error
 	for range 8 {
 		var path string
-		path, err = d.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, d.cfg.acl)
+		path, err = d.conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, d.cfg.acl)
 		switch {
 		case err == nil:
 			return path, nil
@@ -121,11 +131,17 @@ func (d *zkDriver) create(dir string) (string, error) {
 }
 
 // makeDir creates dir as a container node (ZooKeeper deletes it once its last child
-// is gone), and the root if it is missing.
+// is gone), and its missing parents: containers up to the root, which it creates as
+// a persistent node if it is missing.
 func (d *zkDriver) makeDir(dir string) error {
 	_, err := d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
 	if errors.Is(err, zk.ErrNoNode) {
-		if err = makePath(d.conn, d.cfg.root, d.cfg.acl); err != nil {
+		if parent := dir[:strings.LastIndexByte(dir, '/')]; parent == d.cfg.root {
+			err = makePath(d.conn, d.cfg.root, d.cfg.acl)
+		} else {
+			err = d.makeDir(parent)
+		}
+		if err != nil {
 			return err
 		}
 		_, err = d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
@@ -152,9 +168,9 @@ func makePath(conn *zk.Conn, path string, acl []zk.ACL) error {
 
 // queue waits (or, without wait, only checks) until our node at path is the lowest
 // in dir, and returns the held lock.
-func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkLock, error) {
+func (d *zkDriver) queue(ctx context.Context, dir, path, infix string, wait bool) (*zkLock, error) {
 	name := path[len(dir)+1:]
-	seq, ok := parseSeq(name)
+	seq, ok := parseSeq(name, infix)
 	if !ok {
 		return nil, fmt.Errorf("unexpected lock node name %q", name)
 	}
@@ -194,7 +210,7 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkL
 				return nil, ctx.Err()
 			}
 		}
-		pred, mine := predecessor(children, name, seq)
+		pred, mine := predecessor(children, name, seq, infix)
 		if !mine {
 			return nil, fmt.Errorf("our lock node %s is gone (session expired?)", path)
 		}
@@ -242,28 +258,28 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkL
 	}
 }
 
-// parseSeq returns the sequence number of a lock node: the digits after the last
-// "lock-", as zk.Lock and Curator read them.
-func parseSeq(name string) (int64, bool) {
-	i := strings.LastIndex(name, lockInfix)
+// parseSeq returns the sequence number of a node named with infix: the digits after
+// the last infix ("lock-", "latch-"), as zk.Lock and Curator read them.
+func parseSeq(name, infix string) (int64, bool) {
+	i := strings.LastIndex(name, infix)
 	if i < 0 {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(name[i+len(lockInfix):], 10, 64)
+	n, err := strconv.ParseInt(name[i+len(infix):], 10, 64)
 	return n, err == nil
 }
 
 // predecessor returns the child just before ours ("" if ours is the lowest), and
 // whether ours is among children at all. Children that are not lock nodes are
 // ignored.
-func predecessor(children []string, name string, seq int64) (pred string, mine bool) {
+func predecessor(children []string, name string, seq int64, infix string) (pred string, mine bool) {
 	best := int64(-1 << 63)
 	for _, c := range children {
 		if c == name {
 			mine = true
 			continue
 		}
-		s, ok := parseSeq(c)
+		s, ok := parseSeq(c, infix)
 		if ok && s < seq && s > best {
 			best, pred = s, c
 		}

@@ -73,13 +73,16 @@ func parseURL(u *url.URL) (zkURL, error) {
 // declare: fencing by the lock node's sequence number; locks last as long as the
 // session, which the ensemble ends session_timeout after it last heard from the
 // client (the ensemble may grant a timeout other than the one requested: within
-// 2 and 20 ticks); waiters queue by sequence (FIFO).
+// 2 and 20 ticks); waiters queue by sequence (FIFO). Elections are the same queue in
+// Curator's LeaderLatch layout (election.go); sets of keys are taken key by key
+// (zxid tokens fence each key).
 func declare(u *url.URL) (spec.Capabilities, error) {
 	z, err := parseURL(u)
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true}, nil
+	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true,
+		Election: &spec.Primitive{Native: true, Fencing: true, FIFO: true}, MultiKey: &spec.Primitive{Fencing: true}}, nil
 }
 
 // open connects to the hosts of u, waits for a session, creates the root if it is
