@@ -83,9 +83,10 @@ type tableDriver struct {
 	db  *sql.DB
 	cfg config
 
-	mu       sync.Mutex // guards the fields below
-	prepared *statements
-	closed   bool
+	mu        sync.Mutex // guards the fields below
+	prepared  *statements
+	elections *electionStatements // election.go
+	closed    bool
 	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
 	// free holds keys whose row this client last saw free or took: their next
 	// attempt tries takeSQL first. A hint only: a wrong one costs a round trip.
@@ -235,6 +236,10 @@ func (d *tableDriver) Close() error {
 	if d.prepared != nil {
 		d.prepared.close()
 		d.prepared = nil
+	}
+	if d.elections != nil {
+		d.elections.close()
+		d.elections = nil
 	}
 	if d.cfg.ownDB {
 		return d.db.Close()

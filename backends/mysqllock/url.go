@@ -58,12 +58,14 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 }
 
 // declareTable: fencing (a per-name counter in the table), per-lease TTLs kept by the
-// database clock, refresh. InnoDB keeps the rows across a restart.
+// database clock, refresh. InnoDB keeps the rows across a restart. Elections keep a
+// row per term (election.go); sets of keys are taken key by key (per-key tokens).
 func declareTable(u *url.URL) (spec.Capabilities, error) {
 	if _, _, _, err := parseTable(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL}, nil
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+		Election: &spec.Primitive{Native: true, Fencing: true}, MultiKey: &spec.Primitive{Fencing: true}}, nil
 }
 
 func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
@@ -120,13 +122,14 @@ func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, erro
 
 // declareGetLock: locks last as long as the connection; the server keeps a silent
 // client's connection for wait_timeout (8 hours unless the URL sets it, or the
-// server's configuration differs); the server queues a name's waiters (FIFO).
+// server's configuration differs); the server queues a name's waiters (FIFO). Sets of
+// keys are taken key by key (waiting in one key's queue at a time).
 func declareGetLock(u *url.URL) (spec.Capabilities, error) {
 	_, _, wait, err := parseGetLock(u)
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{SessionTimeout: wait, FIFO: true}, nil
+	return spec.Capabilities{SessionTimeout: wait, FIFO: true, MultiKey: &spec.Primitive{}}, nil
 }
 
 func openGetLock(ctx context.Context, u *url.URL) (dlock.Locker, error) {

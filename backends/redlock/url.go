@@ -36,12 +36,13 @@ func init() {
 
 // declare: per-lease TTLs and refresh, no fencing. A master that restarts without
 // persistence forgets the locks it granted, so a second client can reach a majority
-// while the first lease is live (ServerRestart).
+// while the first lease is live (ServerRestart). Sets of keys are taken key by key
+// (each key by quorum); there are no elections.
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if _, _, _, err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+	return spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, MultiKey: &spec.Primitive{},
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated}}, nil
 }
 
