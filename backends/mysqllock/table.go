@@ -87,7 +87,7 @@ type tableDriver struct {
 	prepared  *statements
 	elections *electionStatements // election.go
 	closed    bool
-	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
+	tidying   sync.WaitGroup // clean-ups still running; Close waits for them
 	// free holds keys whose row this client last saw free or took: their next
 	// attempt tries takeSQL first. A hint only: a wrong one costs a round trip.
 	free map[string]struct{}
