@@ -11,6 +11,8 @@
 //	                        stdin to close
 //	child critical FILE ID  append "enter ID $DLOCK_TOKEN" to FILE, work 25ms, append "leave ID"
 //	child read              print "ready", read a line from stdin, print "read LINE", exit 0
+//	child tick FILE ID      append "ID start UNIXNANO", print "ready", then append "ID tick
+//	                        UNIXNANO" every 10ms until killed
 //	child jobshell CMD...   a job-control shell of one job, for a terminal test: run CMD
 //	                        as the terminal's foreground job; when it stops, print "shell:
 //	                        stopped", take the terminal, read a line (any: it means fg),
@@ -68,6 +70,17 @@ func run(args []string) int {
 			if s == syscall.SIGTERM {
 				return code
 			}
+		}
+	case "tick":
+		f, err := os.OpenFile(arg(1), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return 3
+		}
+		fmt.Fprintf(f, "%s start %d\n", arg(2), time.Now().UnixNano())
+		fmt.Println("ready")
+		for {
+			time.Sleep(10 * time.Millisecond)
+			fmt.Fprintf(f, "%s tick %d\n", arg(2), time.Now().UnixNano())
 		}
 	case "hold":
 		fmt.Println("ready")
