@@ -65,7 +65,7 @@ func holder(in io.Reader, out io.Writer) error {
 	}
 	defer l.Close()
 	start := time.Now()
-	ls, err := l.Acquire(ctx, os.Getenv(envKey), dlock.WithTTL(ttl))
+	ls, err := childAcquire(ctx, l, os.Getenv(envKey), ttl)
 	if err != nil {
 		return err
 	}
@@ -109,12 +109,14 @@ type child struct {
 	start time.Time // when the child began to acquire
 }
 
-// startHolder starts a holder of key on url and waits until it holds the lock.
-func startHolder(t testing.TB, url, key string, ttl time.Duration, resource, name string) *child {
+// startHolder starts a holder of key on url and waits until it holds the lock. env
+// is added to the child's environment.
+func startHolder(t testing.TB, url, key string, ttl time.Duration, resource, name string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"=holder", envURL+"="+url, envKey+"="+key,
 		envTTL+"="+ttl.String(), envResource+"="+resource, envHolder+"="+name)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()

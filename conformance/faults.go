@@ -118,6 +118,9 @@ type faults struct {
 	backend string
 	trials  int
 	own     *results.File // saved to $DLOCK_REPORT_DIR
+	// childEnv is added to the environment of holder children (a primitive's
+	// scenarios make them hold something else than a mutex).
+	childEnv []string
 }
 
 func (f *faults) add(c results.Cell) { f.own.Add(c) }
@@ -148,7 +151,7 @@ func (f *faults) holderCrash(t *testing.T, c *results.Cell) {
 	var freed []time.Duration
 	for i := range f.trials {
 		k := key(t, fmt.Sprintf("crash%d", i))
-		ch := startHolder(t, url, k, ttl, "", "child")
+		ch := startHolder(t, url, k, ttl, "", "child", f.childEnv...)
 		ch.signal(syscall.SIGKILL)
 		killed := time.Now()
 		if f.caps.PerLeaseTTL {
