@@ -59,13 +59,14 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 
 // declareTable: fencing (a per-name counter in the table), per-lease TTLs kept by the
 // database clock, refresh. InnoDB keeps the rows across a restart. Elections keep a
-// row per term (election.go); sets of keys are taken key by key (per-key tokens).
+// row per term (election.go); a set of keys is one statement (multi.go), each key
+// with its own token.
 func declareTable(u *url.URL) (spec.Capabilities, error) {
 	if _, _, _, err := parseTable(u); err != nil {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
-		Election: &spec.Primitive{Native: true, Fencing: true}, MultiKey: &spec.Primitive{Fencing: true}}, nil
+		Election: &spec.Primitive{Native: true, Fencing: true}, MultiKey: &spec.Primitive{Native: true, Fencing: true}}, nil
 }
 
 func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
