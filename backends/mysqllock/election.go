@@ -249,19 +249,8 @@ func (tm *tableTerm) Unlock(ctx context.Context) error {
 }
 
 // tidyUp ends every term this campaign may have won, in the background, bounded.
+// The term number is unknown: it ends whichever term carries our owner value.
 func (tm *tableTerm) tidyUp(d *tableDriver) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return
-	}
-	d.tidying.Add(1)
-	go func() {
-		defer d.tidying.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
-		defer cancel()
-		// The term number is unknown: end whichever term carries our owner value.
-		_, _ = d.db.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET expires_at = "+freeAt+" WHERE name = ? AND owner = ?",
-			quoteIdent(d.electionTable())), tm.name, tm.owner[:])
-	}()
+	q := fmt.Sprintf("UPDATE %s SET expires_at = "+freeAt+" WHERE name = ? AND owner = ?", quoteIdent(d.electionTable()))
+	d.inBackground(func(ctx context.Context) { _, _ = d.db.ExecContext(ctx, q, tm.name, tm.owner[:]) })
 }

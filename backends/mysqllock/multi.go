@@ -155,19 +155,7 @@ func (s *tableSet) Unlock(ctx context.Context) error { return s.all(ctx, setRele
 
 // tidyUp frees the set's rows if ours, in the background, bounded.
 func (s *tableSet) tidyUp() {
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return
-	}
-	d.tidying.Add(1)
-	go func() {
-		defer d.tidying.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
-		defer cancel()
-		_, _ = d.db.ExecContext(ctx, s.query(setTidySQL), s.keyArgs()...)
-	}()
+	s.d.inBackground(func(ctx context.Context) { _, _ = s.d.db.ExecContext(ctx, s.query(setTidySQL), s.keyArgs()...) })
 }
 
 // affectedAll returns whether an owner-checked statement changed n rows.

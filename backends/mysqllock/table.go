@@ -295,7 +295,12 @@ func (l *tableLock) Unlock(ctx context.Context) error {
 // once, even on a stalled network), with a fresh short context, best effort. A lock
 // it misses (the interrupted statement reached the server after it) ends at its TTL.
 func (l *tableLock) tidyUp() {
-	d := l.d
+	l.d.inBackground(func(ctx context.Context) { _, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:]) })
+}
+
+// inBackground runs a clean-up f in the background with a fresh context bounded by
+// tidyTimeout, unless the driver is closed; Close waits for it.
+func (d *tableDriver) inBackground(f func(ctx context.Context)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -306,7 +311,7 @@ func (l *tableLock) tidyUp() {
 		defer d.tidying.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 		defer cancel()
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		f(ctx)
 	}()
 }
 
