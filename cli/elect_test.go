@@ -109,3 +109,44 @@ func runDlockOut(t *testing.T, args ...string) (int, string) {
 	drain(p.errs)
 	return code, out.String()
 }
+
+// TestLeaderWatch: "dlock leader --watch" prints the current leader, then each new
+// one, and exits 0 on SIGINT; without --watch and without a leader it exits 3.
+func TestLeaderWatch(t *testing.T) {
+	url, name := redisURL(t), uniqueKey(t)
+	if code, _ := runDlock(t, "leader", "--url", url, "--name", name); code != exitNoLeader {
+		t.Errorf("dlock leader with no leader: exit %d, want %d", code, exitNoLeader)
+	}
+	first := startDlock(t, "elect", "--url", url, "--name", name, "--value", "one", "--", childBin, "hold")
+	if line := <-first.out; line != "ready" {
+		t.Fatalf("the first leader's command said %q", line)
+	}
+	w := startDlock(t, "leader", "--url", url, "--name", name, "--watch")
+	expectLine := func(value string) {
+		t.Helper()
+		select {
+		case line := <-w.out:
+			if f := strings.Fields(line); len(f) != 2 || f[1] != value {
+				t.Fatalf("dlock leader --watch printed %q, want a token and %q", line, value)
+			}
+		case <-time.After(patience):
+			t.Fatalf("dlock leader --watch printed nothing for %s within %v", value, patience)
+		}
+	}
+	expectLine("one")
+	second := startDlock(t, "elect", "--url", url, "--name", name, "--value", "two", "--", childBin, "hold")
+	first.stdin.Close() // the first command exits: its dlock resigns
+	if code := first.wait(t); code != 0 {
+		t.Errorf("the first dlock elect exited %d", code)
+	}
+	expectLine("two")
+	if line := <-second.out; line != "ready" {
+		t.Fatalf("the second leader's command said %q", line)
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.wait(t); code != 0 {
+		t.Errorf("dlock leader --watch exited %d on SIGINT, want 0", code)
+	}
+}

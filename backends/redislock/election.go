@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -74,9 +75,12 @@ func (d *redisDriver) WatchLeaders(ctx context.Context, name string, after uint6
 	if err != nil {
 		return err
 	}
-	if l, err := d.Leader(ctx, name); err == nil && l.Token > after {
+	switch l, err := d.Leader(ctx, name); {
+	case err == nil && l.Token > after:
 		found(l)
 		after = l.Token
+	case err != nil && !errors.Is(err, dlock.ErrNoLeader):
+		return err
 	}
 	for ctx.Err() == nil {
 		terms, err := redisops.ReadLog(ctx, d.c, name, from, observeBlock)
