@@ -101,7 +101,7 @@ type flawedStore struct {
 	mu    sync.Mutex
 	locks map[string][]*flawedLock
 	token uint64
-	terms map[string]*flawedTerms // per election (broken_primitives_test.go)
+	terms map[string]*flawedTerms // per election (broken_election_multi_test.go)
 }
 
 type flawedLock struct {

@@ -65,7 +65,7 @@ func holder(in io.Reader, out io.Writer) error {
 	}
 	defer l.Close()
 	start := time.Now()
-	ls, err := childAcquire(ctx, l, os.Getenv(envKey), ttl)
+	ls, err := holderTakes(ctx, l, os.Getenv(envKey), ttl)
 	if err != nil {
 		return err
 	}

@@ -21,13 +21,13 @@ func init() {
 	primitiveFaultMakers = append(primitiveFaultMakers, (*faults).electionFaults)
 }
 
-// envKind makes a holder child campaign in an election instead of taking a lock.
-const envKind = "DLOCK_CHILD_KIND"
+// envCandidate makes a holder child campaign in an election instead of taking a lock.
+const envCandidate = "DLOCK_CHILD_KIND"
 
-// childAcquire is what a holder child does: Acquire the key, or campaign in the
+// holderTakes is what a holder child does: Acquire the key, or campaign in the
 // election of that name.
-func childAcquire(ctx context.Context, l dlock.Locker, key string, ttl time.Duration) (dlock.Lease, error) {
-	if os.Getenv(envKind) == "election" {
+func holderTakes(ctx context.Context, l dlock.Locker, key string, ttl time.Duration) (dlock.Lease, error) {
+	if os.Getenv(envCandidate) == "election" {
 		l = candidate{l}
 	}
 	return l.Acquire(ctx, key, dlock.WithTTL(ttl))
@@ -103,7 +103,7 @@ func (f *faults) electionFaults() []run {
 			}
 			g := *f
 			g.h = electionHarness{f.h}
-			g.childEnv = append(g.childEnv, envKind+"=election")
+			g.childEnv = append(g.childEnv, envCandidate+"=election")
 			scenario(&g, t, c)
 			c.Property = string(p)
 		}

@@ -46,8 +46,8 @@ const (
 	MManyKeys    Measurement = "manykeys"
 	MCrash       Measurement = "crash"
 	MAllocs      Measurement = "allocs"
-	MElection    Measurement = "election" // an election's failover after its leader crashed (primitives.go)
-	MMultiKey    Measurement = "multikey" // 4 keys at once against 4 single leases (primitives.go)
+	MElection    Measurement = "election" // an election's failover after its leader crashed (election_multi.go)
+	MMultiKey    Measurement = "multikey" // 4 keys at once against 4 single leases (election_multi.go)
 )
 
 // Measurements lists every Measurement.

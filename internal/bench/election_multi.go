@@ -115,9 +115,9 @@ func multiKey(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, wa
 	return m, nil
 }
 
-// primitivesMarkdown renders the primitives' measurements as a table of their own
+// electionMultiMarkdown renders the primitives' measurements as a table of their own
 // ("" when none was made).
-func primitivesMarkdown(r *Results) string {
+func electionMultiMarkdown(r *Results) string {
 	var b strings.Builder
 	for _, row := range r.Rows {
 		el, mk := row.Election, row.MultiKey
