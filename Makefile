@@ -2,7 +2,7 @@
 GO ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: all deps test vet unit bench compare compose-config compose-up compose-down
+.PHONY: all deps test vet unit bench compare docs compose-config compose-up compose-down
 
 all: test
 
@@ -32,6 +32,12 @@ bench: deps
 # every backend and peer on real servers; writes report/report.{json,md,html}.
 compare: deps
 	$(GO) run ./cmd/dlock compare --out report
+
+# docs: render the documents' generated tables and figures from the committed report
+# (the newest docs/results/*/report.json); `go run ./cmd/dlock docs --check` lists
+# disagreements instead.
+docs:
+	$(GO) run ./cmd/dlock docs
 
 compose-config:
 	docker-compose -f compose/docker-compose.yml config -q

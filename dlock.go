@@ -14,6 +14,11 @@
 //
 // Backends are picked by constructor (memlock.New, redislock.New, …) or by URL with
 // Open after a blank import of the backend package.
+//
+// Beyond the mutex, NewSemaphore (at most n leases on a key at once) and NewRWMutex
+// (shared leases together, an exclusive one alone) hand out the same Lease from the
+// same Locker, on every backend that declares them (docs/semaphores.md,
+// docs/rwlocks.md).
 package dlock
 
 import (
@@ -37,10 +42,11 @@ type Locker interface {
 	// TryAcquire makes one attempt; ErrNotAcquired if another owner holds key.
 	// Other errors are as for Acquire.
 	TryAcquire(ctx context.Context, key string, opts ...Option) (Lease, error)
-	// Close ends this client: leases it still holds are released (best effort, a short
-	// bounded wait) and end with ErrClosed; later calls return ErrClosed. Close is
-	// idempotent. A lease whose release did not reach the backend stays held there
-	// until its TTL or session ends.
+	// Close ends this client: waiting calls return ErrClosed, leases it still holds
+	// are released (best effort, within 1s) and end with ErrClosed, and the client's
+	// connections are closed; later calls return ErrClosed. Close returns within 2s
+	// even when the store does not answer, and is idempotent. A lease whose release
+	// did not reach the backend stays held there until its TTL or session ends.
 	Close() error
 }
 
@@ -48,9 +54,12 @@ type Locker interface {
 type Lease interface {
 	// Key is the name of the lock, as given to Acquire.
 	Key() string
-	// Token is the fencing token: for one key, every later grant has a larger token.
-	// It is 0 where the backend cannot fence. A token only protects a resource that
-	// checks it (rejects a write whose token is lower than one it has seen).
+	// Token is the fencing token: for one key, a later grant has a larger token, as
+	// long as the store kept every write it acknowledged — after an asynchronous
+	// failover (Redis with a replica) a token can be handed out again. It is 0 where
+	// the backend cannot fence. A token only protects a resource that checks it:
+	// refuses 0, refuses a token below the highest it has accepted, and refuses an
+	// equal one from another writer (docs/fencing.md).
 	Token() uint64
 	// Refresh extends the lease to ttl from now. It returns ErrNotHeld if the lease is
 	// no longer ours (then Done closes with ErrLost), ErrInvalidTTL for ttl <= 0,
@@ -130,4 +139,17 @@ func ValidateTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: %v (must be > 0)", ErrInvalidTTL, ttl)
 	}
 	return nil
+}
+
+// Deadline returns the local validity deadline of a lease that has a per-lease TTL:
+// the moment, on this process's monotonic clock, at which its Done closes unless a
+// refresh moves it (TTL minus the clock-drift allowance, counted from before the
+// request that last set the TTL). The store frees the lock no earlier. ok is false
+// for a lease that lasts as long as a session (ZooKeeper, GET_LOCK), and for a Lease
+// not made by this package. The deadline moves with every refresh; read it again.
+func Deadline(l Lease) (deadline time.Time, ok bool) {
+	if d, is := l.(interface{ Deadline() (time.Time, bool) }); is {
+		return d.Deadline()
+	}
+	return time.Time{}, false
 }

@@ -74,6 +74,13 @@ func (ls *lease) String() string {
 	return fmt.Sprintf("lease(%s %q token %d)", ls.l.info.Name, ls.key, ls.token)
 }
 
+// Deadline is the lease's local validity deadline (see Deadline).
+func (ls *lease) Deadline() (time.Time, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.deadline, !ls.deadline.IsZero()
+}
+
 // ended reports whether the lease has ended and why.
 func (ls *lease) ended() (bool, error) {
 	ls.mu.Lock()

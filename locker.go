@@ -10,8 +10,11 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// closeTimeout bounds how long Close waits for the releases of the leases it ends.
-const closeTimeout = 2 * time.Second
+// closeTimeout bounds how long Close waits for the releases of the leases it ends,
+// and how long a grant that will not become a lease may take to be given back. Close
+// then closes the driver, which each backend keeps under a second, so that Close
+// returns within 2s whatever the store does.
+const closeTimeout = time.Second
 
 // minRetryDelay is the shortest wait between two attempts of Acquire: a strategy
 // that asks for less (ConstantBackoff(0)) would otherwise spin on the store.
@@ -315,8 +318,8 @@ func (l *locker) forget(ls *lease) {
 }
 
 // Close ends the waits (their contexts are cancelled with cause ErrClosed), gives
-// every held lease up — released within closeTimeout where the store answers, ended
-// with ErrClosed either way — and then closes the driver.
+// every held lease up — released within closeTimeout (1s) where the store answers,
+// ended with ErrClosed either way — and then closes the driver.
 func (l *locker) Close() error {
 	l.mu.Lock()
 	if l.closed {

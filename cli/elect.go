@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -17,7 +18,7 @@ func init() {
 	register(&command{
 		Name:     "elect",
 		Summary:  "run a command while this process is the leader of an election",
-		Synopsis: "dlock elect --url URL --name NAME [--value V] [--ttl D] [--grace D] -- command [args...]",
+		Synopsis: "dlock elect [--url URL | --url-file FILE] --name NAME [--value V] [--ttl D] [--grace D] -- command [args...]",
 		Help:     electHelp,
 		Footer:   electFooter,
 		Flags:    electFlags,
@@ -33,9 +34,12 @@ the "dlock elect" with the same URL and NAME, on any machines, one runs its comm
 at a time; when its process dies, another is elected once the dead leader's term has
 ended (its TTL, or its session on ZooKeeper).
 
-The command runs as under "dlock run" (see dlock help run): same signals, same
-process group, and if the leadership is lost while it runs it gets SIGTERM, SIGKILL
-after --grace, and dlock exits 76. Its environment has:
+The command runs under the same supervision as with "dlock run" (see dlock help
+run): same signals, same process group, and it never runs on without the leadership:
+SIGTERM once renewals have failed and less than --grace is left before the term's
+validity deadline, SIGKILL at the deadline, SIGKILL at once when the backend says the
+term is gone (ZooKeeper: SIGTERM when the session may be lost, SIGKILL --grace
+later); dlock then exits 76. Its environment has:
   DLOCK_KEY, DLOCK_ELECTION  the election's name
   DLOCK_TOKEN                the term's fencing token: every later term has a larger one
   DLOCK_LEADER_VALUE         the value this process campaigned with
@@ -58,6 +62,7 @@ waits until it is leader or gets a signal), and
 
 // electConfig holds the parsed flags of "dlock elect".
 type electConfig struct {
+	src              urlSource
 	url, name, value string
 	ttl, grace       time.Duration
 }
@@ -67,11 +72,11 @@ var electCfg electConfig
 func electFlags(fs *flag.FlagSet) {
 	electCfg = electConfig{}
 	c := &electCfg
-	fs.StringVar(&c.url, "url", "", "backend `URL` (required), e.g. etcd://127.0.0.1:2379")
+	c.src.register(fs)
 	fs.StringVar(&c.name, "name", "", "election name (required): 1 to 255 bytes of UTF-8")
 	fs.StringVar(&c.value, "value", "", "what this candidate campaigns with, shown by \"dlock leader\" (default: host name and process id)")
 	fs.DurationVar(&c.ttl, "ttl", 0, "term TTL, renewed every ttl/3 (default: the backend's, 10s; ZooKeeper terms last as long as the session)")
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after a lost leadership, time between SIGTERM and SIGKILL to the command")
+	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command when renewals have failed and less than this is left before the term's\nvalidity deadline; SIGKILL at the deadline (default: a third of the TTL; for ZooKeeper, a third\nof the session timeout, between session loss and SIGKILL)")
 }
 
 // electCommand is "dlock elect".
@@ -79,15 +84,18 @@ func electCommand(fs *flag.FlagSet) int {
 	cmd := commands["elect"]
 	c := electCfg
 	argv := fs.Args()
+	var err error
+	if c.url, err = c.src.resolve(); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
 	switch {
-	case c.url == "":
-		return cmd.usageError(os.Stderr, "--url is required")
 	case c.name == "":
 		return cmd.usageError(os.Stderr, "--name is required")
 	case len(argv) == 0:
 		return cmd.usageError(os.Stderr, "no command given (put it after --)")
-	case c.grace < 0:
-		return cmd.usageError(os.Stderr, "--grace must not be negative")
+	}
+	if msg := graceError(c.grace, c.ttl, c.url); msg != "" {
+		return cmd.usageError(os.Stderr, msg)
 	}
 	if err := dlock.ValidateKey(c.name); err != nil {
 		return cmd.usageError(os.Stderr, "--name: "+err.Error())
@@ -104,7 +112,7 @@ func electCommand(fs *flag.FlagSet) int {
 		opts = append(opts, dlock.WithTTL(c.ttl))
 	}
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, append(forwarded, syscall.SIGTSTP)...)
 	defer signal.Stop(sigs)
 
 	lease, locker, code := campaign(c, opts, sigs)
@@ -112,9 +120,9 @@ func electCommand(fs *flag.FlagSet) int {
 		return code
 	}
 	defer locker.Close()
-	os.Setenv("DLOCK_ELECTION", c.name)
-	os.Setenv("DLOCK_LEADER_VALUE", c.value)
-	return runLocked(runConfig{key: c.name, grace: c.grace}, argv, lease, sigs)
+	grace := runConfig{url: c.url, ttl: c.ttl, grace: c.grace}.graceFor(lease)
+	return supervisor{name: "elect", key: c.name, grace: grace,
+		env: []string{"DLOCK_ELECTION=" + c.name, "DLOCK_LEADER_VALUE=" + c.value}}.run(argv, lease, sigs)
 }
 
 // openElection opens the backend at url and the election name on it; on failure it
@@ -142,24 +150,14 @@ func openElection(ctx context.Context, command, url, name string) (*dlock.Electi
 func campaign(c electConfig, opts []dlock.Option, sigs <-chan os.Signal) (dlock.Lease, dlock.Locker, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var caught os.Signal
-	watchDone, stopWatch := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case caught = <-sigs:
-			cancel()
-		case <-stopWatch:
-		}
-	}()
+	stop := whileWaiting(sigs, cancel)
 	e, l, code := openElection(ctx, "elect", c.url, c.name)
 	var lease dlock.Lease
 	var err error
 	if code == exitOK {
 		lease, err = e.Campaign(ctx, c.value, opts...)
 	}
-	close(stopWatch)
-	<-watchDone
+	caught := stop()
 	switch {
 	case caught != nil:
 		if lease != nil {
@@ -168,7 +166,7 @@ func campaign(c electConfig, opts []dlock.Option, sigs <-chan os.Signal) (dlock.
 		if l != nil {
 			l.Close()
 		}
-		return nil, nil, interrupted(caught)
+		return nil, nil, interrupted("elect", caught)
 	case code != exitOK:
 		return nil, nil, code
 	case err == nil:

@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		Name:     "leader",
 		Summary:  "print the current leader of an election (--watch: every new one)",
-		Synopsis: "dlock leader --url URL --name NAME [--watch]",
+		Synopsis: "dlock leader [--url URL | --url-file FILE] --name NAME [--watch]",
 		Help:     leaderHelp,
 		Footer:   leaderFooter,
 		Flags:    leaderFlags,
@@ -47,6 +47,7 @@ Exit codes:
 const exitNoLeader = 3
 
 type leaderConfig struct {
+	src       urlSource
 	url, name string
 	watch     bool
 }
@@ -56,7 +57,7 @@ var leaderCfg leaderConfig
 func leaderFlags(fs *flag.FlagSet) {
 	leaderCfg = leaderConfig{}
 	c := &leaderCfg
-	fs.StringVar(&c.url, "url", "", "backend `URL` (required)")
+	c.src.register(fs)
 	fs.StringVar(&c.name, "name", "", "election name (required)")
 	fs.BoolVar(&c.watch, "watch", false, "print each new leader until interrupted")
 }
@@ -64,9 +65,11 @@ func leaderFlags(fs *flag.FlagSet) {
 func leaderCommand(fs *flag.FlagSet) int {
 	cmd := commands["leader"]
 	c := leaderCfg
+	var err error
+	if c.url, err = c.src.resolve(); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
 	switch {
-	case c.url == "":
-		return cmd.usageError(os.Stderr, "--url is required")
 	case c.name == "":
 		return cmd.usageError(os.Stderr, "--name is required")
 	case fs.NArg() > 0:

@@ -36,6 +36,11 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	if old := os.Getenv("DLOCK_E2E_DLOCK"); old != "" {
+		// Another dlock binary under the same tests (a negative control: an older
+		// build must fail the checks that its bugs break).
+		dlockBin = old
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(servertest.Finish(code))

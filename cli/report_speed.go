@@ -59,6 +59,7 @@ func speedOf(res *bench.Results) *report.Speed {
 		fmt.Sprintf("hand-offs/s (%d clients)", c.Clients), "longest wait", "Jain fairness",
 		fmt.Sprintf("many keys cycles/s (%d clients)", c.ManyClients), "lock freed after a crash (p50)", "allocs/cycle",
 		"election: leader replaced after a crash (p50)", "4 keys at once vs 4 leases (p50)"}}
+	s.Columns = append(s.Columns, primitiveColumns()...)
 	dash := func(ok bool, f func() string) string {
 		if !ok {
 			return "–"
@@ -67,7 +68,9 @@ func speedOf(res *bench.Results) *report.Speed {
 	}
 	for _, r := range res.Rows {
 		if r.Skipped != "" {
-			s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: []string{string(r.Kind), "skipped", "", "", "", "", "", "", "", "", "", ""}})
+			row := make([]string, len(s.Columns))
+			row[0], row[1] = string(r.Kind), "skipped"
+			s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: row})
 			continue
 		}
 		u, k, m, x, a, el, mk := r.Uncontended, r.Contended, r.ManyKeys, r.Crash, r.Allocs, r.Election, r.MultiKey
@@ -87,6 +90,7 @@ func speedOf(res *bench.Results) *report.Speed {
 				return fmt.Sprintf("%s vs %s (%.2f×)", roundDur(mk.Set.P50), roundDur(mk.Singles.P50), mk.Ratio)
 			}),
 		}})
+		s.Rows[len(s.Rows)-1].Values = append(s.Rows[len(s.Rows)-1].Values, primitiveValues(r)...)
 		if u != nil {
 			s.Latency = append(s.Latency, report.Latency{Backend: r.Name, N: u.N, P50: u.P50, P99: u.P99, Max: u.Max, Mean: u.Mean})
 		}

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -28,7 +25,7 @@ func init() {
 	register(&command{
 		Name:     "run",
 		Summary:  "run a command while holding a lock (like flock(1) across machines)",
-		Synopsis: "dlock run --url URL --key KEY [--ttl D] [--wait D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
+		Synopsis: "dlock run --url URL --key KEY [--limit N | --shared | --exclusive] [--ttl D] [--wait D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
 		Help:     runHelp,
 		Footer:   runFooter,
 		Flags:    runFlags,
@@ -49,17 +46,29 @@ The command gets two environment variables:
                you protect and have it reject writes with a token lower than one it has
                seen: that is what keeps a paused or partitioned holder from doing harm.
 
-If the lease is lost while the command runs (the renewal finds the lock gone, or the
-backend stays unreachable until the lease's validity ends), dlock says so on stderr,
-sends SIGTERM to the command, SIGKILL after --grace, and exits 76.
+The command never runs on without the lock. While renewals succeed the lease keeps
+at least two thirds of its TTL ahead. When they fail (the backend does not answer) for
+so long that less than --grace is left before the lease's validity deadline, dlock
+sends SIGTERM to the command; at the deadline — which comes before the backend can
+free the lock and grant it to anyone else — it sends SIGKILL and exits 76. When the
+backend says the lock is gone (deleted, taken over), the command gets SIGKILL at once.
+ZooKeeper and GET_LOCK leases have no deadline of their own: they end when the client
+concludes its session may be lost (well before the server frees the lock), and the
+command then gets SIGTERM, and SIGKILL after --grace. docs/run.md has the measured
+margin between the command's last action and the next holder's first.
 
 Signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed
 to the command. The command runs in a process group of its own, and signals go to that
 whole group, so that a shell script's children are stopped along with it (and a lost
 lease stops all of them). When dlock runs in the foreground of a terminal the command's
 group is made the terminal's foreground group, so Ctrl-C and Ctrl-Z reach the command
-directly, exactly once. A signal that arrives while dlock is still waiting for the lock
-makes it give up and exit 128+n. If dlock itself is killed (SIGKILL), the command's main
+directly, exactly once; Ctrl-Z (or SIGTSTP to dlock) stops dlock and the command
+together, and when they are continued dlock checks the lease before it lets the
+command go on (a lease that ended meanwhile: the command is killed, exit 76). A
+signal that arrives while dlock is still waiting for the lock makes it give up and
+exit 128+n (SIGTSTP stops it instead). A SIGSTOP sent to dlock's process alone cannot
+be caught: it stops the renewals but not the command, so stop the whole job (kill
+-STOP -PGID, or Ctrl-Z) instead. If dlock itself is killed (SIGKILL), the command's main
 process is killed too (Linux parent-death signal); its own children are not.
 
 Examples:
@@ -87,7 +96,8 @@ Exit codes:
   69     the backend cannot be opened or reached
   71     cannot listen on --metrics-addr
   75     the lock was not acquired within --wait
-  76     the lease was lost while the command ran; the command was terminated
+  76     the lease was lost (or reached its deadline) while the command ran; the command
+         was killed
   126    the command was found but could not be started
   127    the command was not found
 The command's own exit code is passed through unchanged even where it equals one of
@@ -96,10 +106,12 @@ always explains its own failures.`
 
 // runConfig holds the parsed flags of "dlock run".
 type runConfig struct {
+	src         urlSource
 	url, key    string
 	ttl, grace  time.Duration
 	wait        waitFlag
 	metricsAddr string
+	primitive   primitiveFlags // --limit, --shared, --exclusive (run_primitives.go)
 }
 
 var runCfg runConfig
@@ -107,12 +119,24 @@ var runCfg runConfig
 func runFlags(fs *flag.FlagSet) {
 	runCfg = runConfig{wait: waitFlag{forever: true}}
 	c := &runCfg
-	fs.StringVar(&c.url, "url", "", "lock backend `URL` (required), e.g. redis://127.0.0.1:6379")
+	c.src.register(fs)
 	fs.StringVar(&c.key, "key", "", "lock name (required): 1 to 255 bytes of UTF-8")
 	fs.DurationVar(&c.ttl, "ttl", 0, "lease TTL; the lease is renewed every ttl/3 while the command runs\n(default: the backend's, 10s; ZooKeeper and GET_LOCK leases last as long as the session and ignore it)")
 	fs.Var(&c.wait, "wait", "how long to wait for the lock: a `duration` such as 30s, 0 to try once, or forever")
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL to the command")
+	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command when renewals have failed and less than this is left before the lease's\nvalidity deadline; SIGKILL at the deadline (default: a third of the TTL; for ZooKeeper and\nGET_LOCK, a third of the session timeout, between session loss and SIGKILL)")
+	c.primitive.register(fs)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics while running, e.g. 127.0.0.1:9464\n(port 0 picks a free port and prints the address on stderr)")
+}
+
+// perLeaseURL reports whether rawURL's backend declares per-lease TTLs (true when
+// it declares nothing).
+func perLeaseURL(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return true
+	}
+	caps, err := dlock.Declared(u)
+	return err != nil || caps.PerLeaseTTL
 }
 
 // waitFlag is the value of --wait: a duration >= 0 or "forever".
@@ -155,18 +179,24 @@ func runCommand(fs *flag.FlagSet) int {
 	cmd := commands["run"]
 	c := runCfg
 	argv := fs.Args()
+	var err error
+	if c.url, err = c.src.resolve(); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
 	switch {
-	case c.url == "":
-		return cmd.usageError(os.Stderr, "--url is required")
 	case c.key == "":
 		return cmd.usageError(os.Stderr, "--key is required")
 	case len(argv) == 0:
 		return cmd.usageError(os.Stderr, "no command given (put it after --)")
-	case c.grace < 0:
-		return cmd.usageError(os.Stderr, "--grace must not be negative")
+	}
+	if msg := graceError(c.grace, c.ttl, c.url); msg != "" {
+		return cmd.usageError(os.Stderr, msg)
 	}
 	if err := dlock.ValidateKey(c.key); err != nil {
 		return cmd.usageError(os.Stderr, "--key: "+err.Error())
+	}
+	if msg := c.primitive.check(); msg != "" {
+		return cmd.usageError(os.Stderr, msg)
 	}
 	var opts []dlock.Option
 	if c.ttl != 0 {
@@ -180,7 +210,7 @@ func runCommand(fs *flag.FlagSet) int {
 	// Catch the forwarded signals from the start: before the command runs they end the
 	// wait for the lock instead of killing dlock while it may hold the lock.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, append(forwarded, syscall.SIGTSTP)...)
 	defer signal.Stop(sigs)
 
 	var obs dlock.Observer
@@ -198,31 +228,56 @@ func runCommand(fs *flag.FlagSet) int {
 		return code
 	}
 	defer locker.Close()
-	return runLocked(c, argv, lease, sigs)
+	return supervisor{name: "run", key: c.key, grace: c.graceFor(lease)}.run(argv, lease, sigs)
+}
+
+// graceError says what is wrong with --grace for a lease of ttl (0: the default)
+// on rawURL's backend ("" when nothing is).
+func graceError(grace, ttl time.Duration, rawURL string) string {
+	ttl = runConfig{ttl: ttl}.ttlOrDefault()
+	switch {
+	case grace < 0:
+		return "--grace must not be negative"
+	case grace > 0 && grace >= 2*ttl/3 && perLeaseURL(rawURL):
+		// Healthy renewals keep two thirds of the TTL ahead: a longer grace would
+		// warn the command while the lease is fine.
+		return fmt.Sprintf("--grace %v must be shorter than two thirds of the TTL (%v)", grace, ttl)
+	}
+	return ""
+}
+
+// graceFor is --grace, or its default for lease (defaultGrace).
+func (c runConfig) graceFor(lease dlock.Lease) time.Duration {
+	if c.grace > 0 {
+		return c.grace
+	}
+	_, perLease := dlock.Deadline(lease)
+	session := 10 * time.Second
+	if u, err := url.Parse(c.url); err == nil {
+		if caps, err := dlock.Declared(u); err == nil && caps.SessionTimeout > 0 {
+			session = caps.SessionTimeout
+		}
+	}
+	return defaultGrace(c.ttlOrDefault(), session, perLease)
+}
+
+func (c runConfig) ttlOrDefault() time.Duration {
+	if c.ttl > 0 {
+		return c.ttl
+	}
+	return dlock.DefaultTTL
 }
 
 // acquire opens the backend and takes the lock, giving up on --wait or on a signal.
 func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan os.Signal) (dlock.Lease, dlock.Locker, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var caught os.Signal
-	watchDone := make(chan struct{})
-	stopWatch := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case caught = <-sigs:
-			cancel()
-		case <-stopWatch:
-		}
-	}()
-	stop := func() { close(stopWatch); <-watchDone }
+	stop := whileWaiting(sigs, cancel)
 
 	l, err := dlock.Open(ctx, c.url)
 	if err != nil {
-		stop()
-		if caught != nil {
-			return nil, nil, interrupted(caught)
+		if caught := stop(); caught != nil {
+			return nil, nil, interrupted("run", caught)
 		}
 		if errors.Is(err, dlock.ErrInvalidURL) {
 			return nil, nil, commands["run"].usageError(os.Stderr, "--url: "+err.Error())
@@ -234,30 +289,31 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 		l = dlock.Instrument(l, obs)
 	}
 	var lease dlock.Lease
+	target, err := c.primitive.target(l, c.key)
 	switch {
+	case err != nil:
 	case c.wait.forever:
-		lease, err = l.Acquire(ctx, c.key, opts...)
+		lease, err = target.Acquire(ctx, opts...)
 	case c.wait.d == 0:
-		lease, err = l.TryAcquire(ctx, c.key, opts...)
+		lease, err = target.TryAcquire(ctx, opts...)
 	default:
 		wctx, wcancel := context.WithTimeout(ctx, c.wait.d)
-		lease, err = l.Acquire(wctx, c.key, opts...)
+		lease, err = target.Acquire(wctx, opts...)
 		wcancel()
 	}
-	stop()
-	if caught != nil {
+	if caught := stop(); caught != nil {
 		if err == nil {
 			releaseQuietly(lease)
 		}
 		l.Close()
-		return nil, nil, interrupted(caught)
+		return nil, nil, interrupted("run", caught)
 	}
 	if err == nil {
 		return lease, l, exitOK
 	}
 	l.Close()
 	switch {
-	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL):
+	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidLimit), errors.Is(err, errors.ErrUnsupported):
 		return nil, nil, commands["run"].usageError(os.Stderr, err.Error())
 	case errors.Is(err, dlock.ErrNotAcquired):
 		fmt.Fprintf(os.Stderr, "dlock run: lock %q not acquired within --wait %v: %v\n", c.key, &c.wait, err)
@@ -267,102 +323,40 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 	return nil, nil, exitUnavailable
 }
 
-func interrupted(s os.Signal) int {
-	fmt.Fprintf(os.Stderr, "dlock run: %v while waiting for the lock; giving up\n", s)
-	return exitSignalBase + int(s.(syscall.Signal))
-}
-
-// runLocked runs the command while lease is held and returns dlock's exit code.
-func runLocked(c runConfig, argv []string, lease dlock.Lease, sigs <-chan os.Signal) int {
-	child := exec.Command(argv[0], argv[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = append(os.Environ(), "DLOCK_KEY="+c.key, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
-	tty := foregroundTTY()
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if tty != nil {
-		child.SysProcAttr.Foreground = true
-		child.SysProcAttr.Ctty = 0 // the child's stdin, which is the terminal
-	}
-	if err := child.Start(); err != nil {
-		releaseQuietly(lease)
-		fmt.Fprintf(os.Stderr, "dlock run: %v\n", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotExec
-	}
-	pgid := child.Process.Pid
-	var status syscall.WaitStatus
-	var waitErr error
-	exited := make(chan struct{})
+// whileWaiting watches sigs while dlock waits for a lease: SIGTSTP stops dlock, as
+// its default action would; any other signal cancels the wait. stop ends the watch
+// and returns the signal that cancelled the wait (nil if none did).
+func whileWaiting(sigs <-chan os.Signal, cancel context.CancelFunc) (stop func() os.Signal) {
+	var caught os.Signal
+	watchDone, stopWatch := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(exited)
-		status, waitErr = waitChild(child, tty)
+		defer close(watchDone)
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGTSTP {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+					continue
+				}
+				caught = s
+				cancel()
+			case <-stopWatch:
+			}
+			return
+		}
 	}()
-	if tty != nil {
-		defer tty.restore()
+	return func() os.Signal {
+		close(stopWatch)
+		<-watchDone
+		return caught
 	}
-
-	lost := false
-	var kill <-chan time.Time
-	leaseDone := lease.Done()
-loop:
-	for {
-		select {
-		case s := <-sigs:
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
-		case <-leaseDone:
-			leaseDone = nil
-			lost = true
-			fmt.Fprintf(os.Stderr, "dlock run: lease on %q lost: %v; sending SIGTERM to the command, SIGKILL in %v\n", c.key, lease.Err(), c.grace)
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			t := time.NewTimer(c.grace)
-			defer t.Stop()
-			kill = t.C
-		case <-kill:
-			kill = nil
-			fmt.Fprintf(os.Stderr, "dlock run: the command did not exit %v after SIGTERM; sending SIGKILL\n", c.grace)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		case <-exited:
-			break loop
-		}
-	}
-	if lost {
-		// The command is done but what it started may not be: nothing may go on
-		// working without the lock.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return exitLost
-	}
-	if waitErr != nil {
-		releaseQuietly(lease)
-		fmt.Fprintf(os.Stderr, "dlock run: waiting for the command: %v\n", waitErr)
-		return exitSoftware
-	}
-	code := exitCode(status)
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	if err := lease.Release(ctx); err != nil {
-		if errors.Is(err, dlock.ErrNotHeld) {
-			fmt.Fprintf(os.Stderr, "dlock run: lease on %q was lost before the command finished: %v\n", c.key, err)
-			return exitLost
-		}
-		fmt.Fprintf(os.Stderr, "dlock run: warning: release of %q failed (it frees itself when its TTL ends): %v\n", c.key, err)
-	}
-	return code
 }
 
-// exitCode is the shell's view of how the command ended.
-func exitCode(ws syscall.WaitStatus) int {
-	if ws.Signaled() {
-		return exitSignalBase + int(ws.Signal())
-	}
-	return ws.ExitStatus()
-}
-
-func releaseQuietly(l dlock.Lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	_ = l.Release(ctx)
+// interrupted reports that dlock command gave up its wait on signal s and returns
+// the exit code.
+func interrupted(command string, s os.Signal) int {
+	fmt.Fprintf(os.Stderr, "dlock %s: %v while waiting for the lease; giving up\n", command, s)
+	return exitSignalBase + int(s.(syscall.Signal))
 }
 
 // redact hides a password in a URL for messages.

@@ -14,7 +14,8 @@ import (
 // a shell does for a job: the command can read the terminal, and Ctrl-C / Ctrl-Z reach
 // it directly, once. When the command stops (Ctrl-Z), dlock takes the terminal back
 // and stops its own group, so that the shell regains control; when the shell resumes
-// dlock (fg), dlock hands the terminal back and resumes the command.
+// dlock (fg), dlock checks the lease first: it hands the terminal back and resumes the
+// command if the lease still holds, and kills the command if it ended meanwhile.
 
 // ttyState is the terminal dlock found itself in the foreground of.
 type ttyState struct {
@@ -45,8 +46,10 @@ func (t *ttyState) restore() {
 }
 
 // waitChild waits for child to exit and returns its wait status. With a terminal it
-// also passes the command's stops on to dlock's own group (see above).
-func waitChild(child *exec.Cmd, tty *ttyState) (syscall.WaitStatus, error) {
+// also passes the command's stops on to dlock's own group (see above); when dlock is
+// continued it continues the command only if held() — the lease still holds — and
+// kills the command's group otherwise.
+func waitChild(child *exec.Cmd, tty *ttyState, held func() bool) (syscall.WaitStatus, error) {
 	if tty == nil {
 		err := child.Wait()
 		if child.ProcessState != nil {
@@ -71,6 +74,10 @@ func waitChild(child *exec.Cmd, tty *ttyState) (syscall.WaitStatus, error) {
 		}
 		tty.restore()
 		tty.stopSelf()
+		if !held() {
+			_ = syscall.Kill(-pid, syscall.SIGKILL) // a stopped process dies of it too
+			continue
+		}
 		_ = tcsetpgrp(tty.fd, pid)
 		_ = syscall.Kill(-pid, syscall.SIGCONT)
 	}

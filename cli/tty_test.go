@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,4 +155,89 @@ func TestTerminalStop(t *testing.T) {
 	if code := waitExit(t, shell); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+}
+
+// TestTerminalStopPastDeadline: Ctrl-Z stops the command and dlock together; when the
+// shell continues them after the lease's deadline has passed (renewals stopped with
+// dlock), dlock checks the lease before it lets the command go on: the command is
+// killed (it never reads the terminal again) and dlock exits 76.
+func TestTerminalStopPastDeadline(t *testing.T) {
+	shell, master, out := startSession(t, exec.Command(childBin, "jobshell",
+		dlockBin, "run", "--url", "mem://", "--key", "k", "--ttl", "600ms", "--", childBin, "read", "stubborn"))
+	expect(t, out, "ready")
+	if _, err := master.Write([]byte{26}); err != nil { // Ctrl-Z
+		t.Fatal(err)
+	}
+	expect(t, out, "shell: stopped")
+	time.Sleep(time.Second) // both stay stopped past the lease's 600ms TTL: time itself is the subject
+	if _, err := master.Write([]byte("fg\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := master.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for l := range out {
+		rest = append(rest, l)
+	}
+	if code := waitExit(t, shell); code != exitLost {
+		t.Fatalf("exit %d, want %d; output %q", code, exitLost, rest)
+	}
+	for _, l := range rest {
+		if strings.Contains(l, "read hello") {
+			t.Errorf("the command went on after its lease had ended: %q", rest)
+		}
+	}
+}
+
+// TestStopSignalStopsCommand: a SIGTSTP sent to dlock alone (no terminal) stops the
+// command too; when both are continued past the lease's deadline, the command is
+// killed and dlock exits 76.
+func TestStopSignalStopsCommand(t *testing.T) {
+	p := startDlock(t, "run", "--url", "mem://", "--key", "k", "--ttl", "600ms", "--", childBin, "hold")
+	expect(t, p.out, "ready")
+	if err := p.cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, p.cmd.Process.Pid)
+	waitStopped(t, childOf(t, p.cmd.Process.Pid)) // the command stopped with dlock
+	time.Sleep(time.Second)                       // stopped past the 600ms TTL
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	p.waitCode(t, exitLost)
+}
+
+// childOf returns the pid of pid's one child process.
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for _, task := range tasks { // a child belongs to the thread that forked it
+		b, _ := os.ReadFile(task)
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	if len(kids) != 1 {
+		t.Fatalf("process %d has children %v, want one", pid, kids)
+	}
+	child, _ := strconv.Atoi(kids[0])
+	return child
+}
+
+// waitStopped waits until process pid is stopped (state T in /proc).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "T" {
+			return
+		}
+	}
+	t.Fatalf("process %d not stopped within %v", pid, patience)
 }

@@ -27,6 +27,7 @@ const (
 	envTTL      = "DLOCK_CHILD_TTL"
 	envResource = "DLOCK_CHILD_RESOURCE"
 	envHolder   = "DLOCK_CHILD_HOLDER"
+	envKind     = "DLOCK_CHILD_KIND" // what the holder takes: "" (the mutex) or a primitive (childAcquire)
 )
 
 // ChildMain turns this process into a lock holder when a fault scenario started it
@@ -65,7 +66,7 @@ func holder(in io.Reader, out io.Writer) error {
 	}
 	defer l.Close()
 	start := time.Now()
-	ls, err := holderTakes(ctx, l, os.Getenv(envKey), ttl)
+	ls, err := childAcquire(ctx, l, os.Getenv(envKey), os.Getenv(envKind), dlock.WithTTL(ttl))
 	if err != nil {
 		return err
 	}
@@ -109,14 +110,19 @@ type child struct {
 	start time.Time // when the child began to acquire
 }
 
-// startHolder starts a holder of key on url and waits until it holds the lock. env
-// is added to the child's environment.
-func startHolder(t testing.TB, url, key string, ttl time.Duration, resource, name string, env ...string) *child {
+// startHolder starts a holder of key on url and waits until it holds the lock.
+func startHolder(t testing.TB, url, key string, ttl time.Duration, resource, name string) *child {
+	t.Helper()
+	return startHolderOf(t, "", url, key, ttl, resource, name)
+}
+
+// startHolderOf starts a holder of key's kind (see childAcquire) on url and waits
+// until it holds its lease.
+func startHolderOf(t testing.TB, kind, url, key string, ttl time.Duration, resource, name string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"=holder", envURL+"="+url, envKey+"="+key,
-		envTTL+"="+ttl.String(), envResource+"="+resource, envHolder+"="+name)
-	cmd.Env = append(cmd.Env, env...)
+		envTTL+"="+ttl.String(), envResource+"="+resource, envHolder+"="+name, envKind+"="+kind)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()

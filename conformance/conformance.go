@@ -5,6 +5,11 @@
 // real faults — crashed and paused holders, restarts, failovers, partitions, quorum
 // loss, leader kills, clock jumps — and checks what each does to the lock.
 //
+// A backend that declares semaphores or read-write locks (spec.Capabilities.Semaphore,
+// RWLock) has their properties checked by Run too (spec.SemaphoreProperties,
+// RWLockProperties), and their fault scenarios run by RunFaults (the mutex's, on the
+// primitive: spec.SemaphoreScenarios, RWLockScenarios).
+//
 // A declared weakness is checked too, the other way round: the suite demands that the
 // property is seen to fail, so that a backend whose documentation says "this breaks"
 // keeps a test that shows it breaking. A surprise in either direction fails.
@@ -30,11 +35,12 @@
 //	WeaknessReproducer declared weaknesses that need a fault of the harness's own
 //	URLer              HolderCrash, HolderPause, HolderPauseFenced (holders in child processes: call ChildMain)
 //	ServerRestarter    ServerRestart
-//	Failoverer         Failover
-//	Partitioner        Partition (with a Link per client)
+//	Failoverer         Failover, FailoverFencing
+//	Partitioner        Partition, StoreHang (with a Link per client)
 //	NodeStopper        QuorumLoss
-//	LeaderKiller       LeaderKill
+//	LeaderKiller       LeaderKill, LeaderKillLease
 //	ClockJumper        ClockJump
+//	NodeFaulter        ClockJumpBareMajority (Kleppmann's Redlock counterexample)
 //	Diagnoser          the store's state in the evidence of a scenario that went wrong
 //
 // With $DLOCK_REPORT_DIR set, Run and RunFaults also write their results there as

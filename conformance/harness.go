@@ -89,6 +89,16 @@ type LeaderKiller interface {
 	KillLeader(t testing.TB)
 }
 
+// NodeFaulter faults chosen nodes of a multi-node backend whose nodes are
+// independent (Redlock's masters): the contested cases of the Redlock debate depend
+// on which nodes fail. Nodes are numbered from 0.
+type NodeFaulter interface {
+	Nodes() int
+	StopNode(t testing.TB, i int)                       // the node stops answering (killed)
+	StartNode(t testing.TB, i int)                      // it comes back (as a restart leaves it)
+	JumpNodeClock(t testing.TB, i int, d time.Duration) // its clock jumps forward by d
+}
+
 // ClockJumper moves the server's clock (one server's, for multi-node backends)
 // forward by d.
 type ClockJumper interface {

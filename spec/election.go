@@ -22,12 +22,12 @@ const (
 // checks them.
 var ElectionProperties = []Property{ElectionSingleLeader, ElectionObserve, ElectionFailover, ElectionResign}
 
-// The fault scenarios of leader election, run by conformance.RunFaults for a backend
-// that declares the primitive, each enabled by the same harness interface as its
-// mutex counterpart (in brackets). Each threatens ElectionSingleLeader: a second
-// leader elected while the first one's lease is live is a violation. Unless
-// Capabilities.FaultOutcomes names the election scenario itself, the outcome
-// expected is that of its mutex counterpart (ElectionCounterpart).
+// The fault scenarios of leader election: the mutex's scenarios (same harness
+// interfaces, in brackets), run on candidates instead of lock holders. Each
+// threatens ElectionSingleLeader (ElectionLeaderCrash: ElectionFailover): a second
+// leader elected while the first one's lease is live is a violation. A backend's
+// election is expected to fare as its mutex does (Capabilities.Expect of the
+// scenario MutexScenarioOf names).
 const (
 	ElectionLeaderCrash   Scenario = "ElectionLeaderCrash"   // [URLer] the leader's process gets SIGKILL: replaced within its TTL or session, not before
 	ElectionPartition     Scenario = "ElectionPartition"     // [Partitioner] the leader's link is blackholed: it steps down before another is elected
@@ -40,23 +40,3 @@ const (
 // ElectionScenarios lists the election fault scenarios in the order
 // conformance.RunFaults runs them.
 var ElectionScenarios = []Scenario{ElectionLeaderCrash, ElectionPartition, ElectionServerRestart, ElectionReplicaLoss, ElectionLeaderKill, ElectionClockJump}
-
-// ElectionCounterpart returns the mutex scenario whose fault an election scenario
-// injects ("" for a scenario that is not an election's).
-func ElectionCounterpart(s Scenario) Scenario {
-	switch s {
-	case ElectionLeaderCrash:
-		return HolderCrash
-	case ElectionPartition:
-		return Partition
-	case ElectionServerRestart:
-		return ServerRestart
-	case ElectionReplicaLoss:
-		return Failover
-	case ElectionLeaderKill:
-		return LeaderKill
-	case ElectionClockJump:
-		return ClockJump
-	}
-	return ""
-}

@@ -44,6 +44,15 @@ var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, 
 	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
 	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
 
+// PrimitiveProperties lists the properties of the primitives beyond the mutex
+// (semaphores, read-write locks, elections, multi-key locks), which conformance.Run
+// checks where a backend declares the primitive (listed in primitives.go's init).
+var PrimitiveProperties []Property
+
+// PrimitiveScenarios lists the fault scenarios of the primitives beyond the mutex
+// (each mirrors a mutex scenario: MutexScenarioOf; listed in primitives.go's init).
+var PrimitiveScenarios []Scenario
+
 // Scenario names a fault that conformance.RunFaults injects.
 type Scenario string
 
@@ -56,13 +65,23 @@ const (
 	ServerRestart     Scenario = "ServerRestart"     // [ServerRestarter] every server restarts while a lock is held
 	Failover          Scenario = "Failover"          // [Failoverer] a lagging replica is promoted while a lock is held
 	Partition         Scenario = "Partition"         // [Partitioner] the holder's link is blackholed
+	StoreHang         Scenario = "StoreHang"         // [Partitioner] the store stops answering a renewed lease's client: its Release, Close and Done stay bounded
 	QuorumLoss        Scenario = "QuorumLoss"        // [NodeStopper] a minority, then a majority of nodes stop
 	LeaderKill        Scenario = "LeaderKill"        // [LeaderKiller] the cluster leader dies under contention (no overlap; tokens keep increasing)
+	LeaderKillLease   Scenario = "LeaderKillLease"   // [LeaderKiller] the other fact of LeaderKill: a lease held across the kill is kept (held), or ends with Done (violated)
 	ClockJump         Scenario = "ClockJump"         // [ClockJumper] the server's clock jumps forward
+	// [NodeFaulter] Kleppmann's Redlock counterexample: a lease granted on a bare
+	// majority (two of five masters unreachable), then one of the three jumps its clock
+	// past the TTL, and another client asks.
+	ClockJumpBareMajority Scenario = "ClockJumpBareMajority"
+	// [Failoverer] consecutive grants across an asynchronous failover get strictly
+	// increasing fencing tokens (the property threatened: FencingMonotonic).
+	FailoverFencing Scenario = "FailoverFencing"
 )
 
 // Scenarios lists every scenario in the order conformance.RunFaults runs them.
-var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, Partition, QuorumLoss, LeaderKill, ClockJump}
+var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
+	Partition, StoreHang, QuorumLoss, LeaderKill, LeaderKillLease, ClockJump, ClockJumpBareMajority}
 
 // Status is the outcome of one property under one scenario on one backend, or what
 // a declaration expects it to be.
@@ -157,8 +176,9 @@ func (c Capabilities) Weak(p Property) bool { return slices.Contains(c.Weaknesse
 
 // Expect returns what the declaration predicts for scenario s: FaultOutcomes[s] if
 // set; otherwise Violated for HolderPause (no lease survives a pause of its holder
-// without a fenced resource), Held for HolderPauseFenced with Fencing and Violated
-// without, and Held for everything else.
+// without a fenced resource), NotApplicable for HolderPauseFenced and
+// FailoverFencing without Fencing (a backend whose tokens are all 0 cannot fence:
+// a fenced resource refuses token 0), and Held for everything else.
 func (c Capabilities) Expect(s Scenario) Status {
 	if st, ok := c.FaultOutcomes[s]; ok {
 		return st
@@ -166,11 +186,39 @@ func (c Capabilities) Expect(s Scenario) Status {
 	switch s {
 	case HolderPause:
 		return Violated
-	case HolderPauseFenced:
-		if c.Fencing {
-			return Held
+	case HolderPauseFenced, FailoverFencing:
+		if !c.Fencing {
+			return NotApplicable
 		}
-		return Violated
 	}
 	return Held
+}
+
+// Finding is one thing an inspection of a deployment's own configuration found
+// (dlock.Inspect, `dlock check --doctor`): a setting, as the server reports it, and
+// what it means for the locks under one fault scenario of the conformance report —
+// or, for a setting that matters without any fault (eviction), one property.
+type Finding struct {
+	// Scenario is the fault under which Setting matters, in the report's words;
+	// empty when Property names what is at risk instead.
+	Scenario Scenario
+	// Property is what Setting puts at risk without any fault; empty when Scenario is
+	// set.
+	Property Property
+	// Exposed: this deployment is exposed — under Scenario (or at any time, for a
+	// Property) its locks lose what Detail says. False: the setting protects the
+	// locks, or the finding is for information.
+	Exposed bool
+	// Setting is what was read, in the server's terms, e.g. "appendonly=no".
+	Setting string
+	// Detail says in a sentence or two what the setting means for the locks.
+	Detail string
+}
+
+// Topic is the report's name for what f is about: its Scenario, else its Property.
+func (f Finding) Topic() string {
+	if f.Scenario != "" {
+		return string(f.Scenario)
+	}
+	return string(f.Property)
 }

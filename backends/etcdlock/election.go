@@ -44,7 +44,7 @@ func (d *etcdDriver) TryCampaign(ctx context.Context, name, value string, ttl ti
 
 // Campaign queues and waits until every candidate before it is gone.
 func (d *etcdDriver) Campaign(ctx context.Context, name, value string, ttl time.Duration) (driver.Lock, error) {
-	return d.lockIn(ctx, name, d.electionQueue(name), value, ttl)
+	return d.enqueue(ctx, name, d.electionQueue(name), value, ttl, true, mutexRule)
 }
 
 func (d *etcdDriver) Leader(ctx context.Context, name string) (driver.Leader, error) {

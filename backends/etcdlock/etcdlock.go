@@ -95,8 +95,10 @@ func (l *Locker) Unwrap() dlock.Locker { return l.Locker }
 //	// resp.Succeeded is false if the lock was no longer ours when etcd applied it.
 //
 // It returns dlock.ErrNotHeld (and no comparison) for a lease this Locker did not
-// grant or has released. It does not consult the server, nor the lease's local
-// validity: a stale holder gets a comparison, and etcd rejects its transaction.
+// grant, has released, or has seen lost (its key gone): such a writer is refused
+// here. It does not consult the server, nor the lease's local validity: a stale
+// holder whose loss this Locker has not seen yet gets a comparison, and etcd rejects
+// its transaction.
 func (l *Locker) Fence(ls dlock.Lease) (clientv3.Cmp, error) {
 	name, ok := l.d.heldKey(ls.Key(), ls.Token())
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,8 +16,12 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// maxIdle bounds the idle leases kept per lease TTL; extra ones are left to expire.
-const maxIdle = 8
+// maxIdle bounds the idle leases kept per lease TTL, and maxBuckets the TTLs kept;
+// extra ones are left to expire.
+const (
+	maxIdle    = 8
+	maxBuckets = 16
+)
 
 // cleanupTimeout bounds the requests that tidy up after a failure (revoking a lease
 // whose key may have been written).
@@ -111,20 +116,43 @@ func (p *leasePool) pop(secs int64) *lease {
 		return nil
 	}
 	ls := q[len(q)-1]
-	p.idle[secs] = q[:len(q)-1]
+	if len(q) == 1 {
+		delete(p.idle, secs)
+	} else {
+		p.idle[secs] = q[:len(q)-1]
+	}
 	return ls
 }
 
-// put returns a lease that carries no key to the pool.
+// put returns a lease that carries no key to the pool. Leases the server may have
+// expired are dropped from the pool on the way, and with them the TTL buckets left
+// empty, so that the pool shrinks when a TTL is no longer used.
 func (p *leasePool) put(ls *lease) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.idle == nil {
 		p.idle = map[int64][]*lease{}
 	}
-	if q := p.idle[ls.secs]; len(q) < maxIdle {
+	now := time.Now()
+	for secs, q := range p.idle {
+		q = slices.DeleteFunc(q, func(l *lease) bool { return l.lastsUntil().Before(now) })
+		if len(q) == 0 {
+			delete(p.idle, secs)
+		} else {
+			p.idle[secs] = q
+		}
+	}
+	q, ok := p.idle[ls.secs]
+	if len(q) < maxIdle && (ok || len(p.idle) < maxBuckets) {
 		p.idle[ls.secs] = append(q, ls)
 	}
+}
+
+// idleBuckets reports how many TTL buckets the pool keeps (for tests).
+func (p *leasePool) idleBuckets() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
 }
 
 // revoke ends a lease that may carry a key we cannot account for (a request whose

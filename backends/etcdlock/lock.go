@@ -80,6 +80,20 @@ func (d *etcdDriver) heldKey(key string, token uint64) (string, bool) {
 	return name, ok
 }
 
+// forget drops a lock that ended (released or lost) from held.
+func (d *etcdDriver) forget(l *etcdLock) {
+	d.mu.Lock()
+	delete(d.held, heldID{l.key, uint64(l.rev)})
+	d.mu.Unlock()
+}
+
+// heldCount reports how many grants held keeps (for tests).
+func (d *etcdDriver) heldCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.held)
+}
+
 func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	return d.tryIn(ctx, key, d.queue(key), "", ttl)
 }
@@ -112,12 +126,25 @@ func (d *etcdDriver) tryIn(ctx context.Context, key, queue, value string, ttl ti
 }
 
 func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	return d.lockIn(ctx, key, d.queue(key), "", ttl)
+	return d.enqueue(ctx, key, d.queue(key), "", ttl, true, mutexRule)
 }
 
-// lockIn queues in queue (a mutex's, or an election's) for key, its key written
-// with value, and waits until it is first.
-func (d *etcdDriver) lockIn(ctx context.Context, key, queue, value string, ttl time.Duration) (driver.Lock, error) {
+// rule decides, from the keys queued before ours (preds) and after it (later),
+// which of preds must be gone before ours is granted and how many of them may stay;
+// or refuses the grant (a conflict).
+type rule func(preds, later []*mvccpb.KeyValue) (waitFor []*mvccpb.KeyValue, keep int, err error)
+
+// mutexRule: every key queued before ours must go.
+func mutexRule(preds, _ []*mvccpb.KeyValue) ([]*mvccpb.KeyValue, int, error) { return preds, 0, nil }
+
+// enqueue puts our key (with value) into queue and takes the lock as r decides:
+// at once, or — with wait — after waiting in the queue; without wait it takes our
+// key out again and returns Busy.
+func (d *etcdDriver) enqueue(ctx context.Context, key, queue, value string, ttl time.Duration, wait bool, r rule) (driver.Lock, error) {
+	get := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	if value == "" {
+		get = append(get, clientv3.WithKeysOnly())
+	}
 	for retried := false; ; {
 		ls, err := d.leases.get(ctx, ttl)
 		if err != nil {
@@ -126,9 +153,7 @@ func (d *etcdDriver) lockIn(ctx context.Context, key, queue, value string, ttl t
 		name := lockKey(queue, ls)
 		resp, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-			Then(clientv3.OpPut(name, value, clientv3.WithLease(ls.id)),
-				clientv3.OpGet(queue, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))).
+			Then(clientv3.OpPut(name, value, clientv3.WithLease(ls.id)), clientv3.OpGet(queue, get...)).
 			Commit()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried:
@@ -142,16 +167,27 @@ func (d *etcdDriver) lockIn(ctx context.Context, key, queue, value string, ttl t
 			return nil, fmt.Errorf("etcd: %s already exists", name)
 		}
 		rev := resp.Header.Revision
-		var preds []*mvccpb.KeyValue
+		var preds, later []*mvccpb.KeyValue
 		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-			if kv.CreateRevision < rev {
+			switch {
+			case kv.CreateRevision < rev:
 				preds = append(preds, kv)
+			case string(kv.Key) != name:
+				later = append(later, kv)
 			}
 		}
-		if len(preds) == 0 {
+		waitFor, keep, err := r(preds, later)
+		switch {
+		case err != nil:
+			d.dequeue(name, rev, ls)
+			return nil, err
+		case len(waitFor) <= keep:
 			return d.grant(key, name, value, rev, rev, ls), nil
+		case !wait:
+			d.dequeue(name, rev, ls)
+			return nil, driver.Busy(0)
 		}
-		seen, err := d.wait(ctx, queue, name, rev, preds, ls)
+		seen, err := d.wait(ctx, queue, name, rev, waitFor, keep, ls)
 		if err == nil {
 			// The lease was renewed every third of its TTL while we queued: renew it
 			// once more, so that the lock is valid for its whole TTL from the grant.
@@ -171,11 +207,25 @@ func (d *etcdDriver) lockIn(ctx context.Context, key, queue, value string, ttl t
 	}
 }
 
-// wait waits until none of preds (the keys queued before ours, by create revision,
-// as of revision rev) exists, keeping our lease alive meanwhile. It returns a revision
-// at which our key was still there and all of preds were gone. errLeaseLost: our key
-// is gone.
-func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, preds []*mvccpb.KeyValue, ls *lease) (int64, error) {
+// dequeue deletes our key (created at rev) and puts its lease back in the pool; if
+// the delete fails, it revokes the lease, which takes the key away.
+func (d *etcdDriver) dequeue(name string, rev int64, ls *lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	resp, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(name), "=", rev)).
+		Then(clientv3.OpDelete(name)).Commit()
+	if err != nil || !resp.Succeeded {
+		d.leases.revoke(ls)
+		return
+	}
+	d.leases.put(ls)
+}
+
+// wait waits until at most keep of preds (keys queued before ours, by create
+// revision, as of revision rev) exist, keeping our lease alive meanwhile. It returns
+// a revision at which our key was still there and enough of preds were gone.
+// errLeaseLost: our key is gone.
+func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, preds []*mvccpb.KeyValue, keep int, ls *lease) (int64, error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
@@ -185,16 +235,12 @@ func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, pr
 		defer wg.Done()
 		d.keepAlive(wctx, ls, cancel)
 	}()
-	last := rev
-	for i := len(preds) - 1; i >= 0; i-- {
-		at, err := d.waitGone(wctx, preds[i], 0)
-		if err != nil {
-			if c := context.Cause(wctx); errors.Is(c, errLeaseLost) {
-				return 0, c
-			}
-			return 0, fmt.Errorf("waiting in %s: %w", queue, err)
+	last, err := d.waitPreds(wctx, queue, rev, preds, keep)
+	if err != nil {
+		if c := context.Cause(wctx); errors.Is(c, errLeaseLost) {
+			return 0, c
 		}
-		last = max(last, at)
+		return 0, fmt.Errorf("waiting in %s: %w", queue, err)
 	}
 	cancel(nil)
 	wg.Wait()
@@ -207,6 +253,70 @@ func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, pr
 		return 0, errLeaseLost
 	}
 	return at, nil
+}
+
+// waitPreds waits until at most keep of preds exist and returns a revision at
+// which that was so. With keep 0 it watches each one in turn, the last first (no
+// herd: a release wakes one waiter); otherwise it watches the whole queue.
+func (d *etcdDriver) waitPreds(ctx context.Context, queue string, rev int64, preds []*mvccpb.KeyValue, keep int) (int64, error) {
+	last := rev
+	if keep == 0 {
+		for i := len(preds) - 1; i >= 0; i-- {
+			at, err := d.waitGone(ctx, preds[i], 0)
+			if err != nil {
+				return 0, err
+			}
+			last = max(last, at)
+		}
+		return last, nil
+	}
+	left := map[string]int64{} // key → create revision
+	for _, kv := range preds {
+		left[string(kv.Key)] = kv.CreateRevision
+	}
+	from := rev + 1
+	for {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range d.cli.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(from)) {
+			if wr.Err() != nil {
+				break // compacted, no leader, cancelled: read the queue itself
+			}
+			for _, ev := range wr.Events {
+				if cr, ok := left[string(ev.Kv.Key)]; ok && ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > cr {
+					delete(left, string(ev.Kv.Key))
+					last = max(last, ev.Kv.ModRevision)
+				}
+			}
+			if len(left) <= keep {
+				cancel()
+				return last, nil
+			}
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		resp, err := d.cli.Get(ctx, queue, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			if err := pause(ctx, retryPause); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		present := map[string]int64{}
+		for _, kv := range resp.Kvs {
+			present[string(kv.Key)] = kv.CreateRevision
+		}
+		for k, cr := range left {
+			if present[k] != cr {
+				delete(left, k)
+			}
+		}
+		last, from = max(last, resp.Header.Revision), resp.Header.Revision+1
+		if len(left) <= keep {
+			return last, nil
+		}
+	}
 }
 
 // keepAlive renews ls every third of its TTL until ctx ends; if the server says the
@@ -312,8 +422,7 @@ func pause(ctx context.Context, d time.Duration) error {
 }
 
 // grant makes the lock for our key name (written with value, created at rev, seen
-// still there at seen)
-// and starts watching it for loss.
+// still there at seen) and starts watching it for loss.
 func (d *etcdDriver) grant(key, name, value string, rev, seen int64, ls *lease) *etcdLock {
 	lk := &etcdLock{d: d, key: key, name: name, value: value, rev: rev, lease: ls, lost: make(chan struct{})}
 	lk.watchCtx, lk.stopWatch = context.WithCancel(d.ctx)
@@ -401,6 +510,7 @@ func (l *etcdLock) markLost(at int64) {
 		return
 	}
 	l.cause = fmt.Errorf("etcd key %s was deleted by revision %d (lease ended or key deleted)", l.name, at)
+	l.d.forget(l)
 	close(l.lost)
 }
 
@@ -475,9 +585,7 @@ func (l *etcdLock) Unlock(ctx context.Context) error {
 	}
 	l.released = true
 	l.stopWatch()
-	l.d.mu.Lock()
-	delete(l.d.held, heldID{l.key, uint64(l.rev)})
-	l.d.mu.Unlock()
+	l.d.forget(l)
 	if !resp.Succeeded {
 		return l.notHeld()
 	}

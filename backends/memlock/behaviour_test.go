@@ -3,6 +3,7 @@ package memlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,5 +38,29 @@ func TestCloseEndsWaits(t *testing.T) {
 	}
 	if n := s.Waiting(key); n != 0 {
 		t.Errorf("%d still queued after Close", n)
+	}
+}
+
+// TestExpiredLocksAreReaped: locks that expire without a release do not stay in the
+// Store: 10,000 of them are gone after the next grant a second later.
+func TestExpiredLocksAreReaped(t *testing.T) {
+	s := memlock.NewStore()
+	l := memlock.New(memlock.WithStore(s))
+	defer l.Close()
+	ctx := context.Background()
+	const n = 10000
+	for i := range n {
+		if _, err := l.TryAcquire(ctx, fmt.Sprint("k", i), dlock.WithTTL(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2100 * time.Millisecond) // the leases expire and the reaping interval passes
+	ls, err := l.TryAcquire(ctx, "last", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(ctx)
+	if got := s.Size(); got != 1 {
+		t.Errorf("Store keeps %d entries after %d leases expired unreleased and one was granted, want 1", got, n)
 	}
 }

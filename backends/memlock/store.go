@@ -23,7 +23,14 @@ type Store struct {
 	pollers map[string]map[chan struct{}]struct{} // Acquires with a retry strategy, woken when key frees
 	token   uint64                                // last token handed out; one counter for all keys keeps each key's tokens increasing
 	terms   map[string]*terms                     // per election name (election.go)
+	reaped  time.Time                             // when expired entries were last reaped
+	prims   map[string]*prim                      // semaphores and read-write locks (primitives.go)
 }
+
+// reapEvery is how often a grant reaps the entries of expired, unreleased locks: the
+// Store keeps at most a second's worth of them, at a cost of one pass over its
+// entries a second.
+const reapEvery = time.Second
 
 type entry struct {
 	owner   *memLock
@@ -39,7 +46,7 @@ type waiter struct {
 // NewStore returns an empty lock space.
 func NewStore() *Store {
 	return &Store{locks: map[string]*entry{}, queues: map[string][]*waiter{}, pollers: map[string]map[chan struct{}]struct{}{},
-		terms: map[string]*terms{}}
+		prims: map[string]*prim{}, terms: map[string]*terms{}}
 }
 
 // Delete removes key's lock whoever holds it, as an operator deleting a lock by hand
@@ -73,10 +80,33 @@ func (s *Store) held(key string, now time.Time) (*entry, bool) {
 
 // grant gives key to a new owner for ttl from now; the caller holds s.mu.
 func (s *Store) grant(key string, ttl time.Duration, now time.Time) *memLock {
+	if now.Sub(s.reaped) >= reapEvery {
+		s.reap(now)
+	}
 	s.token++
 	lk := &memLock{s: s, key: key, token: s.token, validFrom: now}
 	s.locks[key] = &entry{owner: lk, expires: now.Add(ttl)}
 	return lk
+}
+
+// reap deletes the entries of expired locks nobody waits for; the caller holds s.mu.
+// (A key with waiters is handed on by its waiters' expiry timers instead.)
+func (s *Store) reap(now time.Time) {
+	s.reaped = now
+	for key, e := range s.locks {
+		if !now.Before(e.expires) && len(s.queues[key]) == 0 {
+			delete(s.locks, key)
+		}
+	}
+}
+
+// Size reports how many lock entries the Store keeps: the live locks, and those
+// expired without a release that it has not reaped yet (it reaps them at most a
+// second after they expire, on the next grant).
+func (s *Store) Size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.locks)
 }
 
 // free ends key's current lock: the first waiter gets key, else it is deleted. It
@@ -85,18 +115,24 @@ func (s *Store) free(key string, now time.Time) bool {
 	q := s.queues[key]
 	if len(q) == 0 {
 		delete(s.locks, key)
-		for ch := range s.pollers[key] { // free: wake the Acquires that retry
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
+		s.wakePollers(key) // free: wake the Acquires that retry
 		return false
 	}
 	w := q[0]
 	s.dequeue(key, w)
 	w.granted <- s.grant(key, w.ttl, now)
 	return true
+}
+
+// wakePollers wakes the Acquires with a retry strategy subscribed to name; the
+// caller holds s.mu.
+func (s *Store) wakePollers(name string) {
+	for ch := range s.pollers[name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // dequeue takes w out of key's queue; the caller holds s.mu.

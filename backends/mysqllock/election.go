@@ -15,7 +15,8 @@ import (
 )
 
 // Leader election (dlock.NewElection), in a table of its own next to the lock table
-// (its name with "_elections" appended): one row per term, keyed by the election's
+// (ElectionsTable: its name with "_elections" appended, created by Migrate): one row
+// per term, keyed by the election's
 // name and the term's number, which is its fencing token. A campaign is one
 // statement that inserts the next term only if no term of the election is live by
 // the database server's clock; refresh and resignation update the term's row,
@@ -60,9 +61,6 @@ WHERE name = ? AND term = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 	pruneSQL    = `DELETE FROM %s WHERE name = ? AND term < ?`
 )
 
-// erDupEntry is MySQL's ER_DUP_ENTRY: another campaign inserted the same term.
-const erDupEntry = 1062
-
 type electionStatements struct{ campaign, refresh, resign, tidy, leader, last, terms, prune *sql.Stmt }
 
 func (s *electionStatements) close() {
@@ -75,12 +73,32 @@ func (s *electionStatements) close() {
 
 var _ driver.Elector = (*tableDriver)(nil)
 
-// electionTable is the name of the elections table.
-func (d *tableDriver) electionTable() string { return d.cfg.table + "_elections" }
+// ElectionsTable is the name of the table of the elections that go with the lock
+// table named table.
+func ElectionsTable(table string) string { return table + "_elections" }
 
-// electionStmts creates the elections table if it is missing and prepares the
-// statements, on first use; a failure is returned and tried again next time.
+// electionTable is the name of the elections table.
+func (d *tableDriver) electionTable() string { return ElectionsTable(d.cfg.table) }
+
+// migrateElections creates the elections table beside table (Migrate).
+func migrateElections(ctx context.Context, db *sql.DB, table string) error {
+	name := ElectionsTable(table)
+	if n := len([]rune(name)); n > 64 {
+		return fmt.Errorf("mysqllock: table name %q: the elections table %q would be longer than 64 characters", table, name)
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(createElectionTable, quoteIdent(name))); err != nil {
+		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(name), err)
+	}
+	return nil
+}
+
+// electionStmts prepares the statements on the elections table on first use (the
+// table is Migrate's, as the lock table is); a failure is returned and tried again
+// next time.
 func (d *tableDriver) electionStmts(ctx context.Context) (*electionStatements, error) {
+	if _, err := d.stmts(ctx); err != nil { // the lock table (and, WithMigrate, every table)
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -89,13 +107,7 @@ func (d *tableDriver) electionStmts(ctx context.Context) (*electionStatements, e
 	if d.elections != nil {
 		return d.elections, nil
 	}
-	if n := len([]rune(d.electionTable())); n > 64 {
-		return nil, fmt.Errorf("mysqllock: the elections table name %q is %d characters long, the limit is 64 (use a shorter WithTable)", d.electionTable(), n)
-	}
 	t := quoteIdent(d.electionTable())
-	if _, err := d.db.ExecContext(ctx, fmt.Sprintf(createElectionTable, t)); err != nil {
-		return nil, fmt.Errorf("mysqllock: create table %s: %w", t, err)
-	}
 	var s electionStatements
 	var err error
 	prep := func(dst **sql.Stmt, query string) {

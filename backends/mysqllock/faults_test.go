@@ -100,4 +100,43 @@ func TestFaults(t *testing.T) {
 		t.Parallel()
 		conformance.RunFaults(t, newFaultHarness(t, true))
 	})
+	t.Run("getlock-defaults", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunFaults(t, getLockDefaults{newFaultHarness(t, true)})
+	})
+}
+
+// getLockDefaults opens mysql+getlock Lockers by a URL with no parameters — the
+// server's own wait_timeout (8 hours) and the default check interval (1s) — for what
+// depends on them: a restart, a cut-off and a hung holder.
+type getLockDefaults struct{ h *faultHarness }
+
+func (g getLockDefaults) url(addr string) string {
+	cfg, err := mysql.ParseDSN(g.h.dsn)
+	if err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf("%s://%s@%s/%s", mysqllock.GetLockScheme, cfg.User, addr, cfg.DBName)
+}
+
+func (g getLockDefaults) Name() string { return "mysql+getlock (defaults)" }
+
+func (g getLockDefaults) Capabilities() spec.Capabilities {
+	return conformance.MustDeclare(g.url(g.h.server.Addr()))
+}
+
+func (g getLockDefaults) open(t testing.TB, addr string) dlock.Locker {
+	l, err := dlock.Open(ctxFor(t, 30*time.Second), g.url(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func (g getLockDefaults) NewLocker(t testing.TB) dlock.Locker { return g.open(t, g.h.server.Addr()) }
+func (g getLockDefaults) RestartServers(t testing.TB)         { g.h.RestartServers(t) }
+func (g getLockDefaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
+	p := servertest.Proxy(t, g.h.server.Addr())
+	return g.open(t, p.Addr()), p
 }

@@ -2,6 +2,7 @@ package mysqllock
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	dldriver "github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/generic"
 )
 
 // DefaultCheckInterval is how often a GET_LOCK lease checks its connection without
@@ -23,8 +25,27 @@ const DefaultCheckInterval = time.Second
 type GetLockOption func(*getLockConfig)
 
 type getLockConfig struct {
-	check time.Duration
-	ownDB bool
+	check    time.Duration
+	maxConns int
+	ownDB    bool
+}
+
+// DefaultMaxConns is how many connections a GET_LOCK Locker uses at most without
+// WithMaxConns: each held or waiting lease keeps one. (MariaDB's and MySQL's own
+// max_connections default is 151, for every client of the server.)
+const DefaultMaxConns = 100
+
+// WithMaxConns sets the most connections the Locker keeps at once (default
+// DefaultMaxConns): one per held lease and one per waiting Acquire. An acquire that
+// would need one more fails at once with an error wrapping dlock.ErrUnavailable that
+// names the limit, rather than exhausting the server's max_connections. n <= 0 keeps
+// the default.
+func WithMaxConns(n int) GetLockOption {
+	return func(c *getLockConfig) {
+		if n > 0 {
+			c.maxConns = n
+		}
+	}
 }
 
 // WithCheckInterval sets how often a lease pings its connection to find out that it
@@ -66,7 +87,7 @@ func WithCheckInterval(d time.Duration) GetLockOption {
 // grant waiters of one lock in arrival order); a holder paused for longer than wait_timeout loses the
 // lock without knowing until it runs again; no fencing token protects against that.
 func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
-	c := getLockConfig{check: DefaultCheckInterval}
+	c := getLockConfig{check: DefaultCheckInterval, maxConns: DefaultMaxConns}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -76,7 +97,8 @@ func NewGetLock(db *sql.DB, opts ...GetLockOption) dlock.Locker {
 }
 
 func newGetLockLocker(db *sql.DB, c getLockConfig) dlock.Locker {
-	return dlock.New(&getLockDriver{db: db, cfg: c}, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
+	d := &getLockDriver{db: db, cfg: c, conns: make(chan struct{}, c.maxConns)}
+	return dlock.New(d, dldriver.Info{Name: "mysql+getlock", SessionTTL: true})
 }
 
 // maxLockName is the longest name GET_LOCK accepts on MySQL 5.7 and later.
@@ -114,8 +136,9 @@ func plainName(key string) bool {
 }
 
 type getLockDriver struct {
-	db  *sql.DB
-	cfg getLockConfig
+	db    *sql.DB
+	cfg   getLockConfig
+	conns chan struct{} // a slot per connection held by a lease or a waiting acquire
 }
 
 var _ dldriver.Waiter = (*getLockDriver)(nil)
@@ -132,7 +155,17 @@ func (d *getLockDriver) Lock(ctx context.Context, key string, _ time.Duration) (
 // maxWait is the longest single GET_LOCK wait; a longer Acquire asks again.
 const maxWait = 24 * time.Hour
 
-func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dldriver.Lock, error) {
+func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk dldriver.Lock, err error) {
+	select {
+	case d.conns <- struct{}{}:
+	default:
+		return nil, fmt.Errorf("%w: mysql+getlock: all %d connections of this Locker hold or wait for a lock (max_conns)", dlock.ErrUnavailable, d.cfg.maxConns)
+	}
+	defer func() {
+		if lk == nil {
+			<-d.conns // no lease keeps the connection
+		}
+	}()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, d.waitErr(ctx, fmt.Errorf("mysqllock: connect: %w", err))
@@ -140,6 +173,13 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dld
 	name := GetLockName(key)
 	var got sql.NullInt64
 	var waitTimeout int64
+	// A waiting statement carries a mark of its own, by which killWait finds it.
+	var mark string
+	if wait {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		mark = "/* dlock-wait " + hex.EncodeToString(b[:]) + " */ "
+	}
 	for {
 		timeout := time.Duration(0)
 		if wait {
@@ -151,7 +191,7 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dld
 		}
 		// The name is made only of [a-z0-9_./:#-] (GetLockName), so it is safe as a
 		// literal; a placeholder would cost a prepare round trip on a fresh statement.
-		q := fmt.Sprintf("SELECT GET_LOCK('%s', %d), @@session.wait_timeout", name, int64(timeout/time.Second))
+		q := fmt.Sprintf("SELECT %sGET_LOCK('%s', %d), @@session.wait_timeout", mark, name, int64(timeout/time.Second))
 		err = conn.QueryRowContext(ctx, q).Scan(&got, &waitTimeout)
 		if err != nil || !got.Valid || got.Int64 == 1 || !wait || ctx.Err() != nil {
 			break
@@ -160,6 +200,9 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dld
 	switch {
 	case err != nil:
 		discard(conn) // a cancelled GET_LOCK may still have run: ending the session frees it
+		if mark != "" && ctx.Err() != nil {
+			d.killWait(context.WithoutCancel(ctx), mark)
+		}
 		return nil, d.waitErr(ctx, fmt.Errorf("mysqllock: GET_LOCK: %w", err))
 	case !got.Valid:
 		discard(conn)
@@ -175,10 +218,29 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (dld
 	if w := time.Duration(waitTimeout) * time.Second; w > 0 && check > w/3 {
 		check = w / 3
 	}
-	lk := &getLock{conn: conn, name: name, check: check, lost: make(chan struct{})}
-	lk.watch()
-	return lk, nil
+	l := &getLock{conn: conn, name: name, check: check, lost: make(chan struct{}), slot: d.conns}
+	l.watch()
+	return l, nil
 }
+
+// killWait ends the session still waiting in the statement marked mark, if any.
+// The driver drops the connection of a cancelled statement, but the server looks
+// for a vanished client only about once a second while GET_LOCK waits: a release
+// in between would grant the lock to the dead session until it noticed. A user may
+// see and kill its own sessions without any privilege.
+func (d *getLockDriver) killWait(ctx context.Context, mark string) {
+	ctx, cancel := context.WithTimeout(ctx, killTimeout)
+	defer cancel()
+	var id int64
+	err := d.db.QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
+		"%"+mark+"%").Scan(&id)
+	if err == nil {
+		_, _ = d.db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+	}
+}
+
+// killTimeout bounds killWait.
+const killTimeout = 2 * time.Second
 
 // waitErr says why a wait ended: ctx ended (wrapped, as driver.Waiter asks), or err.
 func (d *getLockDriver) waitErr(ctx context.Context, err error) error {
@@ -213,6 +275,7 @@ type getLock struct {
 	timer *time.Timer // the next check
 
 	lost chan struct{} // closed when the session is found gone
+	slot chan struct{} // the Locker's connection slots: one is freed when the connection goes
 }
 
 func (l *getLock) Token() uint64 { return 0 }
@@ -262,6 +325,7 @@ func (l *getLock) endLocked(cause error) {
 	l.cause = cause
 	l.timer.Stop()
 	discard(l.conn)
+	<-l.slot
 }
 
 func (l *getLock) Unlock(ctx context.Context) error {
@@ -286,5 +350,13 @@ func (l *getLock) Unlock(ctx context.Context) error {
 	l.ended = true
 	l.timer.Stop()
 	l.conn.Close()
+	<-l.slot
 	return nil
+}
+
+// TryLockSemaphore takes a permit of the generic semaphore (package
+// internal/generic): one of limit named locks per key, each a GET_LOCK of its own.
+// Limits are not compared, tokens are 0, and waiters poll.
+func (d *getLockDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (dldriver.Lock, error) {
+	return generic.Semaphore{D: d}.TryLockSemaphore(ctx, key, limit, ttl)
 }

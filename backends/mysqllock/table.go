@@ -85,6 +85,7 @@ type tableDriver struct {
 
 	mu        sync.Mutex // guards the fields below
 	prepared  *statements
+	prims     *primStatements     // semaphores and read-write locks (primitives.go)
 	elections *electionStatements // election.go
 	closed    bool
 	tidying   sync.WaitGroup // clean-ups still running; Close waits for them
@@ -240,6 +241,10 @@ func (d *tableDriver) Close() error {
 	if d.elections != nil {
 		d.elections.close()
 		d.elections = nil
+	}
+	if d.prims != nil {
+		d.prims.close()
+		d.prims = nil
 	}
 	if d.cfg.ownDB {
 		return d.db.Close()

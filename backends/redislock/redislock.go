@@ -46,8 +46,10 @@ type config struct {
 // that restarted and lost it), and a write that timed out may still have reached
 // some replicas. It needs a *redis.Client (single node or Sentinel) or a
 // *redis.ClusterClient; other clients fail every acquire. replicas <= 0 turns it off.
+// WAIT counts whole milliseconds and takes 0 to mean "for ever": a timeout below 1ms
+// is raised to 1ms, so that WAIT never blocks without a bound.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
-	return func(c *config) { c.ackReplicas, c.ackTimeout = replicas, timeout }
+	return func(c *config) { c.ackReplicas, c.ackTimeout = replicas, max(timeout, time.Millisecond) }
 }
 
 // MinTTL is the shortest TTL a Locker accepts: Redis counts PX in milliseconds.
@@ -58,6 +60,11 @@ const MinTTL = time.Millisecond
 // key name exclude each other. Tokens come from a per-key counter that never expires
 // (one small key per lock name ever used; see redisops.FenceKey for the layout).
 // Closing the Locker does not close client.
+//
+// Give a client with ContextTimeoutEnabled (as the redis:// opener does): without it
+// go-redis ignores context deadlines on the socket, and a call to a server that stops
+// answering (Release, Refresh, a renewal) outlives its context by up to the client's
+// ReadTimeout.
 //
 // Not guaranteed: mutual exclusion across a failover of an asynchronous replica or a
 // restart of a server without persistence; and, as for every lease, against a holder

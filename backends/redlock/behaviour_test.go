@@ -2,13 +2,14 @@ package redlock_test
 
 import (
 	"errors"
+	"strings"
+	"testing"
+	"time"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
-	"strings"
-	"testing"
-	"time"
 )
 
 func key(t testing.TB) string { return "redlock-test/" + t.Name() }

@@ -21,12 +21,12 @@ type faultHarness struct {
 
 	mu      sync.Mutex
 	stopped []bool
-	offset  time.Duration // master 0's clock offset
+	offsets []time.Duration // each master's clock offset
 }
 
 func newFaultHarness(t *testing.T) *faultHarness {
 	rs := privateMasters(t, masters, true)
-	return &faultHarness{harness: harness{rs: rs}, stopped: make([]bool, len(rs))}
+	return &faultHarness{harness: harness{rs: rs}, stopped: make([]bool, len(rs)), offsets: make([]time.Duration, len(rs))}
 }
 
 // URL is how a child process opens the same backend.
@@ -74,14 +74,37 @@ func (h *faultHarness) RestartServers(t testing.TB) {
 }
 
 // JumpClock moves master 0's wall clock forward by d.
-func (h *faultHarness) JumpClock(t testing.TB, d time.Duration) {
+func (h *faultHarness) JumpClock(t testing.TB, d time.Duration) { h.JumpNodeClock(t, 0, d) }
+
+// JumpNodeClock moves master i's wall clock forward by d.
+func (h *faultHarness) JumpNodeClock(t testing.TB, i int, d time.Duration) {
 	h.mu.Lock()
-	h.offset += d
-	offset := h.offset
+	h.offsets[i] += d
+	offset := h.offsets[i]
 	h.mu.Unlock()
-	if err := h.rs[0].ShiftClock(ctxFor(t, startTimeout), fmt.Sprintf("+%ds", int(offset/time.Second))); err != nil {
+	if err := h.rs[i].ShiftClock(ctxFor(t, startTimeout), fmt.Sprintf("+%ds", int(offset/time.Second))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// StopNode kills master i (SIGKILL).
+func (h *faultHarness) StopNode(t testing.TB, i int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.rs[i].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	h.stopped[i] = true
+}
+
+// StartNode starts master i again, empty (no persistence).
+func (h *faultHarness) StartNode(t testing.TB, i int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.rs[i].Restart(ctxFor(t, startTimeout), false); err != nil {
+		t.Fatal(err)
+	}
+	h.stopped[i] = false
 }
 
 // NewPartitionedLocker returns a client whose connections to every master go through
@@ -96,7 +119,7 @@ func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conform
 		}
 		t.Cleanup(func() { p.Close() })
 		link = append(link, p)
-		c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		cs[i] = c
 	}

@@ -34,12 +34,14 @@
 package redlock
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/generic"
 )
 
 // Option configures New.
@@ -116,6 +118,11 @@ const MinTTL = 10 * time.Millisecond
 // panics when clients is empty or holds nil, and when two *redis.Client have the same
 // address: those are programming errors.
 //
+// Give clients with ContextTimeoutEnabled (as the redlock:// opener does): without
+// it go-redis ignores context deadlines on the socket, so a request to a master that
+// stops answering outlives its per-node timeout by up to the client's ReadTimeout,
+// and Release, Refresh and Close wait for it.
+//
 // Not guaranteed: see the package doc. Token is always 0.
 func New(clients []redis.UniversalClient, opts ...Option) dlock.Locker {
 	c := config{drift: driver.DefaultDrift}
@@ -123,4 +130,11 @@ func New(clients []redis.UniversalClient, opts ...Option) dlock.Locker {
 		o(&c)
 	}
 	return dlock.New(newDriver(clients, c), driver.Info{Name: "redlock", Drift: c.drift, MinTTL: MinTTL})
+}
+
+// TryLockSemaphore takes a permit of the generic semaphore (package
+// internal/generic): one of limit Redlock mutexes per key. Limits are not compared,
+// tokens are 0 (as for every Redlock lease), and waiters poll.
+func (d *redlockDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
+	return generic.Semaphore{D: d}.TryLockSemaphore(ctx, key, limit, ttl)
 }

@@ -1,9 +1,11 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -23,6 +25,10 @@ import (
 // seen (ZooKeeper keeps no history of deleted nodes).
 
 const latchInfix = "latch-" // Curator's LeaderLatch: "...latch-" + 10-digit sequence
+
+// latchRule: the lowest candidate node leads; each other candidate watches the one
+// just before its own.
+var latchRule = lowestRule(latchInfix)
 
 var (
 	_ driver.Elector        = (*zkDriver)(nil)
@@ -44,58 +50,73 @@ func (d *zkDriver) Campaign(ctx context.Context, name, value string, _ time.Dura
 }
 
 func (d *zkDriver) campaign(ctx context.Context, name, value string, wait bool) (driver.Lock, error) {
-	lk, err := d.acquireIn(ctx, ElectionPath(d.cfg.root, name), latchInfix, []byte(value), wait)
-	if err != nil {
-		return nil, err
-	}
-	return lk, nil
+	return asLock(d.acquire(ctx, ElectionPath(d.cfg.root, name), latchInfix, []byte(value), wait, latchRule, nil))
 }
 
-// lowest returns the name of the lowest candidate node among children ("" if none).
-func lowest(children []string) string {
-	first, best := "", int64(-1)
+// candidates returns the candidate nodes among children, lowest sequence first.
+func candidates(children []string) []string {
+	type node struct {
+		name string
+		seq  int64
+	}
+	var ns []node
 	for _, c := range children {
-		if s, ok := parseSeq(c, latchInfix); ok && (best < 0 || s < best) {
-			first, best = c, s
+		if s, ok := parseSeqOf(c, latchInfix); ok {
+			ns = append(ns, node{c, s})
 		}
 	}
-	return first
+	slices.SortFunc(ns, func(a, b node) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.name
+	}
+	return out
+}
+
+// leaderIn returns the leader among the children of dir: the lowest candidate node
+// that still exists and is ephemeral (a persistent node named like a candidate was
+// planted: it is nobody's, as the campaigns' rule treats it). ok is false when
+// there is none.
+func (d *zkDriver) leaderIn(ctx context.Context, dir string, children []string) (l driver.Leader, ok bool, err error) {
+	for _, c := range candidates(children) {
+		type got struct {
+			data []byte
+			st   *zk.Stat
+		}
+		g, err := call(ctx, func() (got, error) {
+			data, st, err := d.conn.Get(dir + "/" + c)
+			return got{data, st}, err
+		}, nil)
+		switch {
+		case errors.Is(err, zk.ErrNoNode): // it resigned meanwhile: the next one leads
+			continue
+		case err != nil:
+			return driver.Leader{}, false, fmt.Errorf("read %s: %w", c, err)
+		case g.st.EphemeralOwner == 0: // planted
+			continue
+		}
+		return driver.Leader{Value: string(g.data), Token: uint64(g.st.Czxid)}, true, nil
+	}
+	return driver.Leader{}, false, nil
 }
 
 func (d *zkDriver) Leader(ctx context.Context, name string) (driver.Leader, error) {
 	dir := ElectionPath(d.cfg.root, name)
-	for {
-		children, err := call(ctx, func() ([]string, error) {
-			c, _, err := d.conn.Children(dir)
-			return c, err
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) || err == nil && lowest(children) == "" {
-			return driver.Leader{}, fmt.Errorf("%w: election %q", dlock.ErrNoLeader, name)
-		}
-		if err != nil {
-			return driver.Leader{}, fmt.Errorf("list %s: %w", dir, err)
-		}
-		l, err := d.readLeader(ctx, dir+"/"+lowest(children))
-		if errors.Is(err, zk.ErrNoNode) {
-			continue // it resigned meanwhile: look again
-		}
-		return l, err
-	}
-}
-
-func (d *zkDriver) readLeader(ctx context.Context, path string) (driver.Leader, error) {
-	type got struct {
-		data []byte
-		st   *zk.Stat
-	}
-	g, err := call(ctx, func() (got, error) {
-		data, st, err := d.conn.Get(path)
-		return got{data, st}, err
+	children, err := call(ctx, func() ([]string, error) {
+		c, _, err := d.conn.Children(dir)
+		return c, err
 	}, nil)
-	if err != nil {
-		return driver.Leader{}, err
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return driver.Leader{}, fmt.Errorf("list %s: %w", dir, err)
 	}
-	return driver.Leader{Value: string(g.data), Token: uint64(g.st.Czxid)}, nil
+	l, ok, err := d.leaderIn(ctx, dir, children)
+	switch {
+	case err != nil:
+		return driver.Leader{}, err
+	case !ok:
+		return driver.Leader{}, fmt.Errorf("%w: election %q", dlock.ErrNoLeader, name)
+	}
+	return l, nil
 }
 
 // WatchLeaders lists the election's directory with a watch, reports its lowest
@@ -121,16 +142,13 @@ func (d *zkDriver) WatchLeaders(ctx context.Context, name string, after uint64, 
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", dir, err)
 		}
-		if first := lowest(l.children); first != "" {
-			ld, err := d.readLeader(ctx, dir+"/"+first)
-			switch {
-			case errors.Is(err, zk.ErrNoNode): // gone already; the watch fires
-			case err != nil:
-				return fmt.Errorf("read %s: %w", first, err)
-			case ld.Token > after:
-				found(ld)
-				after = ld.Token
-			}
+		ld, ok, err := d.leaderIn(ctx, dir, l.children)
+		switch {
+		case err != nil:
+			return err
+		case ok && ld.Token > after:
+			found(ld)
+			after = ld.Token
 		}
 		if l.ev == nil {
 			continue

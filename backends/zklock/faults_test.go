@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // faultHarness adds the fault campaign's hooks to the conformance harness: the zk://
@@ -39,6 +40,18 @@ func (h singleFaults) RestartServers(t testing.TB) {
 	}
 }
 
+// defaultFaults runs what depends on the session timeout: a restart, a cut-off and a
+// hung holder.
+type defaultFaults struct{ s singleFaults }
+
+func (h defaultFaults) Name() string                        { return h.s.Name() }
+func (h defaultFaults) NewLocker(t testing.TB) dlock.Locker { return h.s.NewLocker(t) }
+func (h defaultFaults) Capabilities() spec.Capabilities     { return h.s.Capabilities() }
+func (h defaultFaults) RestartServers(t testing.TB)         { h.s.RestartServers(t) }
+func (h defaultFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
+	return h.s.NewPartitionedLocker(t)
+}
+
 // ensembleFaults is a 3-node ensemble; only the leader kill runs there.
 type ensembleFaults struct {
 	*harness
@@ -47,6 +60,19 @@ type ensembleFaults struct {
 }
 
 func (h ensembleFaults) KillLeader(t testing.TB) { h.kill(t) }
+
+// Capabilities: what zk declares, and what depends on these servers: a leader kill
+// leaves every client without a connection while the ensemble elects (about a second
+// at tickTime 200ms), longer than a third of the 2s session timeout after which a
+// client gives its leases up, so a lease held across the kill ends (LeaderKillLease).
+func (h ensembleFaults) Capabilities() spec.Capabilities {
+	c := h.harness.Capabilities()
+	if c.FaultOutcomes == nil {
+		c.FaultOutcomes = map[spec.Scenario]spec.Status{}
+	}
+	c.FaultOutcomes[spec.LeaderKillLease] = spec.Violated
+	return c
+}
 
 // Diagnose lists key's lock nodes with their owning sessions, and each member's
 // mode and sessions (the 4lw "srvr" and "dump").
@@ -88,6 +114,14 @@ func TestFaults(t *testing.T) {
 		z := servertest.NewZooKeeper(t)
 		h := newHarness(t, z.Addrs(), 2*time.Second)
 		conformance.RunFaults(t, singleFaults{faultHarness{h}, z})
+	})
+	t.Run("defaults", func(t *testing.T) {
+		// The same server with the URL's defaults (session_timeout 10s), for what
+		// depends on the timeout: a cut-off or hung holder, a restart.
+		z := servertest.NewZooKeeper(t)
+		h := newHarness(t, z.Addrs(), 0)
+		h.name = "zk (default session_timeout)"
+		conformance.RunFaults(t, defaultFaults{singleFaults{faultHarness{h}, z}})
 	})
 	t.Run("ensemble", func(t *testing.T) {
 		if raceEnabled {

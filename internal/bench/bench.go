@@ -24,6 +24,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -204,6 +205,7 @@ type Row struct {
 	Allocs      *Allocs             `json:",omitempty"`
 	Election    *Crash              `json:",omitempty"` // the crash measurement on an election's candidates
 	MultiKey    *MultiKey           `json:",omitempty"`
+	Primitives  *Primitives         `json:",omitempty"` // semaphores and read-write locks (primitives.go)
 
 	// Skipped says why nothing was measured (a server that could not be started).
 	Skipped string   `json:",omitempty"`
@@ -448,6 +450,14 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 					r.MultiKey = &m
 				}
 				return fmt.Sprintf("%d keys at once p50 %v, %d single leases p50 %v (%.2f×)", setSize, m.Set.P50, setSize, m.Singles.P50, m.Ratio), err
+			})
+			step(MPrimitives, func(ctx context.Context) (string, error) {
+				p, err := primitives(ctx, e.ep, t, cfg.TTL, cfg.Warmup, cfg.Rounds/4, cfg.Duration)
+				r.Primitives = p
+				if errors.Is(err, errors.ErrUnsupported) {
+					return "no primitives", nil
+				}
+				return p.String(), err
 			})
 		}
 		if b, ok := bases[t.Baseline]; ok && rows[b.Name].Allocs == nil && !cfg.skips(MAllocs) && ctx.Err() == nil {

@@ -28,13 +28,13 @@ const (
 )
 
 // ElectionKey returns the key that holds election name's current term.
-func ElectionKey(name string) string { return inSlotOf(ElectionPrefix, name) }
+func ElectionKey(name string) string { return tagged(ElectionPrefix, name) }
 
 // ElectionTermKey returns the key of election name's term counter.
-func ElectionTermKey(name string) string { return inSlotOf(ElectionTermPrefix, name) }
+func ElectionTermKey(name string) string { return tagged(ElectionTermPrefix, name) }
 
 // ElectionLogKey returns the stream that logs election name's terms.
-func ElectionLogKey(name string) string { return inSlotOf(ElectionLogPrefix, name) }
+func ElectionLogKey(name string) string { return tagged(ElectionLogPrefix, name) }
 
 // OwnerLen is the length of an owner value (NewValue).
 const OwnerLen = 32

@@ -32,16 +32,31 @@ const FencePrefix = "dlock:fence\xff"
 // ChannelPrefix starts every release channel.
 const ChannelPrefix = "dlock:release:"
 
+// LockUserACL is what a Redis ACL user needs to take locks with redislock.New or
+// redlock.New, as arguments of ACL SETUSER after the user's name and password: the
+// connection commands, the scripts of the mutex, the semaphores, the read-write
+// locks, the elections and the sets of keys and every command they run, what
+// election observers read (MGET, XREVRANGE, XREAD), the release channels, WAIT
+// (wait_replicas) and the Cluster's slot map. Keys: the lock names themselves, the
+// fencing counters, the keys of semaphores and read-write locks (PrimitiveKeys) and
+// of elections (ElectionKey, ElectionTermKey, ElectionLogKey); narrow "~*" to the
+// patterns of your lock names plus "~dlock:*" if you like. The TLS conformance tests run with exactly
+// these rules; docs/connecting.md lists them.
+var LockUserACL = []string{"on", "~*", "&" + ChannelPrefix + "*", "-@all", "+@connection", "+ping",
+	"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+exists", "+type", "+del", "+publish", "+pexpire",
+	"+time", "+zadd", "+zcard", "+zrange", "+zrem", "+zremrangebyscore", "+zscore", "+hset", "+hget", "+hmget", "+hdel",
+	"+subscribe", "+unsubscribe", "+wait", "+cluster|slots", "+cluster|shards",
+	"+mget", "+xadd", "+xrevrange", "+xread"}
+
 // LockKey returns the Redis key of the lock named key: key itself.
 func LockKey(key string) string { return key }
 
 // FenceKey returns the Redis key of key's fencing counter, in the same Redis
 // Cluster hash slot as LockKey(key) for every key.
-func FenceKey(key string) string { return inSlotOf(FencePrefix, key) }
+func FenceKey(key string) string { return tagged(FencePrefix, key) }
 
-// inSlotOf returns prefix + "{" + tag + "}" + key, with tag chosen so that the
-// result is in key's Redis Cluster hash slot (see the layout above).
-func inSlotOf(prefix, key string) string {
+// tagged returns prefix + "{" + tag + "}" + key, in key's hash slot (see above).
+func tagged(prefix, key string) string {
 	tag := HashedPart(key)
 	if strings.IndexByte(tag, '}') >= 0 {
 		tag = SlotTag(Slot(key))

@@ -53,7 +53,7 @@ func (r *Report) HTML() ([]byte, error) {
 		"Speed":     r.Speed,
 		"Latency":   template.HTML(""),
 		"Handoffs":  template.HTML(""),
-		"Evidence":  plain(r.evidence()),
+		"Evidence":  plain(r.evidence("")),
 		"Failures":  r.Failures,
 		"Surprises": len(r.Surprises()),
 	}

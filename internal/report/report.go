@@ -189,6 +189,7 @@ func (r *Report) Surprises() []results.Cell {
 
 // matrix is one table of cells: rows are backends, columns properties or scenarios.
 type matrix struct {
+	kind  string // "conformance", "primitives" or "faults"
 	Title string
 	Rows  []string
 	Cols  []string
@@ -198,9 +199,9 @@ type matrix struct {
 // matrices splits the cells into the conformance matrix (backend × property) and
 // the fault matrix (backend × scenario), each in the suite's order.
 func (r *Report) matrices() []matrix {
-	conf := matrix{Title: "Conformance (backend × property)", Cell: map[[2]string]results.Cell{}}
-	prims := matrix{Title: "Primitives beyond the mutex (backend × property)", Cell: map[[2]string]results.Cell{}}
-	faults := matrix{Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]results.Cell{}}
+	conf := matrix{kind: "conformance", Title: "Conformance (backend × property)", Cell: map[[2]string]results.Cell{}}
+	prims := matrix{kind: "primitives", Title: "Primitives beyond the mutex (backend × property)", Cell: map[[2]string]results.Cell{}}
+	faults := matrix{kind: "faults", Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]results.Cell{}}
 	for _, c := range r.Cells {
 		m, col := &faults, c.Scenario
 		switch {

@@ -18,33 +18,15 @@ func (r *Report) Markdown() string {
 	b.WriteString("# dlock comparison report\n\n")
 	r.header(&b, "- ")
 	for _, m := range r.matrices() {
-		fmt.Fprintf(&b, "\n## %s\n\n", m.Title)
-		fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(m.Cols, " | "), strings.Repeat("---|", len(m.Cols)))
-		for _, row := range m.Rows {
-			fmt.Fprintf(&b, "| %s |", row)
-			for _, col := range m.Cols {
-				c, ok := m.Cell[[2]string{row, col}]
-				fmt.Fprintf(&b, " %s |", mdCell(c, ok))
-			}
-			b.WriteString("\n")
-		}
+		fmt.Fprintf(&b, "\n## %s\n\n%s", m.Title, m.markdown())
 	}
 	if len(r.Cells) > 0 {
-		b.WriteString("\nLegend: ✅ held (every trial) · ⚠️ violated, a declared weakness reproduced · " +
-			"⏸ unavailable · ❌ differs from the declaration (a test failed) · – not applicable · " +
-			"(sometimes): a timing-dependent weakness, declared as such: violated in some trials, not in others.\n")
+		b.WriteString("\n" + Legend + "\n")
 	}
 	if r.Speed != nil {
-		b.WriteString("\n## Speed\n\n")
-		fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(r.Speed.Columns, " | "), strings.Repeat("---|", len(r.Speed.Columns)))
-		for _, row := range r.Speed.Rows {
-			fmt.Fprintf(&b, "| %s | %s |\n", row.Backend, strings.Join(row.Values, " | "))
-		}
-		for _, n := range r.Speed.Notes {
-			fmt.Fprintf(&b, "\n%s\n", n)
-		}
+		b.WriteString("\n## Speed\n\n" + r.SpeedMarkdown())
 	}
-	if ev := r.evidence(); len(ev) > 0 {
+	if ev := r.evidence(""); len(ev) > 0 {
 		b.WriteString("\n## Evidence and notes\n\n")
 		for _, e := range ev {
 			fmt.Fprintf(&b, "- %s\n", e)
@@ -57,6 +39,128 @@ func (r *Report) Markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// Legend explains the symbols of the Markdown matrices.
+const Legend = "Legend: ✅ held (every trial) · ⚠️ violated, a declared weakness reproduced · " +
+	"⏸ unavailable · ❌ differs from the declaration (a test failed) · – not applicable · " +
+	"(sometimes): a timing-dependent weakness, declared as such: violated in some trials, not in others."
+
+// markdown renders one matrix as a Markdown table.
+func (m matrix) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(m.Cols, " | "), strings.Repeat("---|", len(m.Cols)))
+	for _, row := range m.Rows {
+		fmt.Fprintf(&b, "| %s |", row)
+		for _, col := range m.Cols {
+			c, ok := m.Cell[[2]string{row, col}]
+			fmt.Fprintf(&b, " %s |", mdCell(c, ok))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// MatrixMarkdown renders one matrix of the report as a Markdown table: "conformance"
+// (backend × property), "primitives" (the primitives' properties) or "faults"
+// (backend × scenario), with the rows of the backends whose names start with prefix
+// (all for ""), and the columns where one of them has a cell that ran. It is empty
+// when no such cells exist.
+func (r *Report) MatrixMarkdown(which, prefix string) string {
+	for _, m := range r.matrices() {
+		if m.kind == which {
+			if m = m.rowsWithPrefix(prefix); len(m.Rows) > 0 {
+				return m.markdown()
+			}
+		}
+	}
+	return ""
+}
+
+// rowsWithPrefix keeps the rows whose names start with prefix, and the columns in
+// which one of them has a cell that ran (not "not applicable").
+func (m matrix) rowsWithPrefix(prefix string) matrix {
+	if prefix == "" {
+		return m
+	}
+	out := m
+	out.Rows, out.Cols = nil, nil
+	for _, row := range m.Rows {
+		if strings.HasPrefix(row, prefix) {
+			out.Rows = append(out.Rows, row)
+		}
+	}
+	for _, col := range m.Cols {
+		for _, row := range out.Rows {
+			if c, ok := m.Cell[[2]string{row, col}]; ok && c.Status != spec.NotApplicable {
+				out.Cols = append(out.Cols, col)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// SpeedMarkdown renders the speed table and its notes.
+func (r *Report) SpeedMarkdown() string {
+	if r.Speed == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(r.Speed.Columns, " | "), strings.Repeat("---|", len(r.Speed.Columns)))
+	for _, row := range r.Speed.Rows {
+		fmt.Fprintf(&b, "| %s | %s |\n", row.Backend, strings.Join(row.Values, " | "))
+	}
+	for _, n := range r.Speed.Notes {
+		fmt.Fprintf(&b, "\n%s\n", n)
+	}
+	return b.String()
+}
+
+// EvidenceMarkdown lists the evidence of the fault cells of backend (and of its
+// configurations: "redis" covers "redis (master+replica)"), one bullet per cell.
+func (r *Report) EvidenceMarkdown(backend string) string {
+	var b strings.Builder
+	for _, e := range r.evidence(backend) {
+		fmt.Fprintf(&b, "- %s\n", e)
+	}
+	return b.String()
+}
+
+// FindCell returns the cell of backend × scenario (× property, if not empty): a
+// cell that ran wins over a "not applicable" one.
+func (r *Report) FindCell(backend, scenario, property string) (results.Cell, bool) {
+	var found results.Cell
+	ok := false
+	for _, c := range r.Cells {
+		if c.Backend != backend || c.Scenario != scenario || property != "" && c.Property != property {
+			continue
+		}
+		if !ok || found.Status == spec.NotApplicable && c.Status != spec.NotApplicable {
+			found, ok = c, true
+		}
+	}
+	return found, ok
+}
+
+// Verdict is a cell in words, for prose: "held 20/20", "violated 4/20 (sometimes)",
+// "unavailable 5.8s", "not applicable", or "FAILED …" for a surprise.
+func Verdict(c results.Cell) string {
+	sometimes := ""
+	if c.Expected == spec.Sometimes {
+		sometimes = " (sometimes)"
+	}
+	switch kind(c, true) {
+	case "na":
+		return "not applicable"
+	case "held":
+		return fmt.Sprintf("held %d/%d%s", c.Trials, c.Trials, sometimes)
+	case "weak":
+		return fmt.Sprintf("violated %d/%d%s", c.Violations, c.Trials, sometimes)
+	case "unavailable":
+		return "unavailable" + unavailableFor(c)
+	}
+	return fmt.Sprintf("FAILED: %s (declared: %s)", c.Status, c.Expected)
 }
 
 func (r *Report) header(b *strings.Builder, bullet string) {
@@ -109,11 +213,12 @@ func unavailableFor(c results.Cell) string {
 	return ""
 }
 
-// evidence lists, for every cell with evidence, what was seen.
-func (r *Report) evidence() []string {
+// evidence lists, for every cell with evidence (of backend and its configurations,
+// or of all when backend is ""), what was seen.
+func (r *Report) evidence(backend string) []string {
 	var out []string
 	for _, c := range r.Cells {
-		if len(c.Evidence) == 0 {
+		if len(c.Evidence) == 0 || backend != "" && c.Backend != backend && !strings.HasPrefix(c.Backend, backend+" (") {
 			continue
 		}
 		line := fmt.Sprintf("**%s, %s / %s** (%s): %s", c.Backend, c.Scenario, c.Property, c.ShortStatus(), strings.Join(c.Evidence, "; "))
@@ -133,7 +238,9 @@ var abbrev = map[string]string{
 	"Close": "Close", "ConcurrentUse": "Concur", "DoneAndErr": "DoneEr", "NoGoroutineLeaks": "Leaks",
 	"HolderCrash": "Crash", "HolderPause": "Pause", "HolderPauseFenced": "PauseF",
 	"ServerRestart": "Restart", "Failover": "Failovr", "Partition": "Partit",
-	"QuorumLoss": "Quorum", "LeaderKill": "Leader", "ClockJump": "Clock",
+	"QuorumLoss": "Quorum", "LeaderKill": "Leader", "ClockJump": "Clock", "FIFO": "FIFO",
+	"StoreHang": "Hang", "FailoverFencing": "FoFence", "LeaderKillLease": "LdrLse",
+	"ClockJumpBareMajority": "Klepmnn",
 }
 
 func short(s string) string {

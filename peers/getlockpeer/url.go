@@ -70,6 +70,7 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{FIFO: true, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
-		HarnessOnly:   []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
-		FaultOutcomes: map[spec.Scenario]spec.Status{spec.HolderPause: spec.Held, spec.HolderPauseFenced: spec.Held}}, nil
+		HarnessOnly: []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
+		// Nothing tells a holder whose connection hangs (StoreHang: Done stays open).
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.HolderPause: spec.Held, spec.StoreHang: spec.Violated}}, nil
 }

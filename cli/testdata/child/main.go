@@ -10,7 +10,10 @@
 //	                        child"; the grandchild prints "ready grandchild"; both wait for
 //	                        stdin to close
 //	child critical FILE ID  append "enter ID $DLOCK_TOKEN" to FILE, work 25ms, append "leave ID"
-//	child read              print "ready", read a line from stdin, print "read LINE", exit 0
+//	child read [stubborn]   print "ready", read a line from stdin, print "read LINE", exit 0
+//	                        (stubborn: ignore SIGTERM)
+//	child stamp FILE ID     ignore SIGTERM; append "ID <unix ns>" to FILE every 2ms, print
+//	                        "ready" after the first; exit 0 on SIGINT
 //	child tick FILE ID      append "ID start UNIXNANO", print "ready", then append "ID tick
 //	                        UNIXNANO" every 10ms until killed
 //	child jobshell CMD...   a job-control shell of one job, for a terminal test: run CMD
@@ -110,7 +113,30 @@ func run(args []string) int {
 		time.Sleep(25 * time.Millisecond) // the work done under the lock
 		fmt.Fprintf(f, "leave %s\n", arg(2))
 		return 0
+	case "stamp":
+		signal.Ignore(syscall.SIGTERM)
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGINT)
+		f, err := os.OpenFile(arg(1), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return 3
+		}
+		defer f.Close()
+		for i := 0; ; i++ {
+			fmt.Fprintf(f, "%s %d\n", arg(2), time.Now().UnixNano())
+			if i == 0 {
+				fmt.Println("ready")
+			}
+			select {
+			case <-stop:
+				return 0
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
 	case "read":
+		if arg(1) == "stubborn" {
+			signal.Ignore(syscall.SIGTERM)
+		}
 		fmt.Println("ready")
 		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 		fmt.Printf("read %s\n", strings.TrimSpace(line))
