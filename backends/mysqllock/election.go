@@ -107,25 +107,11 @@ func (d *tableDriver) electionStmts(ctx context.Context) (*electionStatements, e
 	if d.elections != nil {
 		return d.elections, nil
 	}
-	t := quoteIdent(d.electionTable())
 	var s electionStatements
-	var err error
-	prep := func(dst **sql.Stmt, query string) {
-		if err == nil {
-			*dst, err = d.db.PrepareContext(ctx, fmt.Sprintf(query, t))
-		}
-	}
-	prep(&s.campaign, campaignSQL)
-	prep(&s.refresh, termRefreshSQL)
-	prep(&s.resign, termResignSQL)
-	prep(&s.tidy, termTidySQL)
-	prep(&s.leader, leaderSQL)
-	prep(&s.last, lastTermSQL)
-	prep(&s.terms, termsSQL)
-	prep(&s.prune, pruneSQL)
-	if err != nil {
-		s.close()
-		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+	if err := d.prepareOn(ctx, d.electionTable(), []stmtDef{{&s.campaign, campaignSQL}, {&s.refresh, termRefreshSQL},
+		{&s.resign, termResignSQL}, {&s.tidy, termTidySQL}, {&s.leader, leaderSQL}, {&s.last, lastTermSQL},
+		{&s.terms, termsSQL}, {&s.prune, pruneSQL}}); err != nil {
+		return nil, err
 	}
 	d.elections = &s
 	return &s, nil

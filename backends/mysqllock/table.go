@@ -144,6 +144,31 @@ func (s *statements) close() {
 	}
 }
 
+// stmtDef is a statement to prepare: its query, a format of the quoted table name,
+// and where the prepared statement goes.
+type stmtDef struct {
+	dst   **sql.Stmt
+	query string
+}
+
+// prepareOn prepares each of defs on table. On an error it closes those it prepared
+// and returns the error, naming the table.
+func (d *tableDriver) prepareOn(ctx context.Context, table string, defs []stmtDef) error {
+	t := quoteIdent(table)
+	for i, def := range defs {
+		st, err := d.db.PrepareContext(ctx, fmt.Sprintf(def.query, t))
+		if err != nil {
+			for _, done := range defs[:i] {
+				(*done.dst).Close()
+				*done.dst = nil
+			}
+			return fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+		}
+		*def.dst = st
+	}
+	return nil
+}
+
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 
 // erLockDeadlock is MySQL's ER_LOCK_DEADLOCK: InnoDB rolled the statement back

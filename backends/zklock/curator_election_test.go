@@ -1,113 +1,22 @@
 package zklock_test
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/zklock"
-	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
-
-// latchJars are the jars (Debian's libcurator-recipes-java and what it depends on)
-// CuratorLatch needs.
-var latchJars = []string{"curator-client", "curator-framework", "curator-recipes", "zookeeper", "zookeeper-jute",
-	"guava", "slf4j-api", "slf4j-nop"}
-
-// curatorLatch is a testdata/CuratorLatch.java process, driven line by line.
-type curatorLatch struct {
-	t     *testing.T
-	stdin *bufio.Writer
-	out   chan string
-}
-
-func startCuratorLatch(t *testing.T, addrs []string) *curatorLatch {
-	t.Helper()
-	var cp []string
-	for _, j := range latchJars {
-		p := filepath.Join("/usr/share/java", j+".jar")
-		if _, err := os.Stat(p); err != nil {
-			cp = nil
-			break
-		}
-		cp = append(cp, p)
-	}
-	java, err := exec.LookPath("java")
-	if cp == nil || err != nil {
-		msg := "Apache Curator is not installed (java and Debian's libcurator-recipes-java)"
-		if servers.RequireServers() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	// java runs a single source file directly (Java 11+): no build step.
-	cmd := exec.Command(java, "-cp", strings.Join(cp, ":"), "testdata/CuratorLatch.java", strings.Join(addrs, ","))
-	cmd.Stderr = os.Stderr
-	in, _ := cmd.StdinPipe()
-	outPipe, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &curatorLatch{t: t, stdin: bufio.NewWriter(in), out: make(chan string, 16)}
-	go func() {
-		defer close(c.out)
-		sc := bufio.NewScanner(outPipe)
-		for sc.Scan() {
-			c.out <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	if got := c.next(); got != "READY" {
-		t.Fatalf("CuratorLatch said %q, want READY", got)
-	}
-	return c
-}
-
-func (c *curatorLatch) next() string {
-	c.t.Helper()
-	select {
-	case l, ok := <-c.out:
-		if !ok {
-			c.t.Fatal("CuratorLatch exited")
-		}
-		return l
-	case <-time.After(time.Minute):
-		c.t.Fatal("CuratorLatch did not answer within a minute")
-	}
-	return ""
-}
-
-func (c *curatorLatch) do(format string, args ...any) string {
-	c.t.Helper()
-	fmt.Fprintf(c.stdin, format+"\n", args...)
-	c.stdin.Flush()
-	return c.next()
-}
 
 // TestCuratorLatchInterop: a Curator LeaderLatch on zklock.ElectionPath and a dlock
 // Election of that name are one election: neither leads while the other does, each
 // takes over when the other resigns, and each reads the other's leader.
 func TestCuratorLatchInterop(t *testing.T) {
 	z := servertest.ZooKeeper(t)
-	cur := startCuratorLatch(t, z.Addrs())
+	cur := startCurator(t, "CuratorLatch", z.Addrs())
 	const root = "/curator-latch"
 	l, err := dlock.Open(ctxFor(t, 30*time.Second), "zk://"+strings.Join(z.Addrs(), ",")+root)
 	if err != nil {
