@@ -14,8 +14,6 @@ import (
 // in the election the key names — so a crashed, cut-off or faulted leader is judged
 // exactly as a lock holder is, against what its mutex counterpart expects.
 
-func init() { primitiveFaultMakers = append(primitiveFaultMakers, electionFaults) }
-
 // candidateValue is the value the suite's candidates campaign with.
 const candidateValue = "candidate"
 

@@ -13,10 +13,13 @@ import (
 
 // The fault campaign of the primitives: the mutex's scenarios (same harness
 // interfaces, same expectations: a backend's primitive is expected to fare as its
-// mutex does) run on a semaphore and on a read-write lock, each a cell of the
-// report (spec.SemaphoreScenarios, spec.RWLockScenarios).
+// mutex does) run on a semaphore, on a read-write lock and on an election's
+// candidates (election_faults.go), each a cell of the report
+// (spec.SemaphoreScenarios, spec.RWLockScenarios, spec.ElectionScenarios).
 
-func init() { primitiveFaultMakers = append(primitiveFaultMakers, semaphoreFaults, rwFaults) }
+func init() {
+	primitiveFaultMakers = append(primitiveFaultMakers, semaphoreFaults, rwFaults, electionFaults)
+}
 
 func semaphoreFaults(f *faults) []run {
 	if f.caps.Semaphore == nil {
