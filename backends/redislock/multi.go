@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redisops"
 )
@@ -69,28 +68,11 @@ func (s *redisSet) Token() uint64    { return slices.Max(s.tokens) }
 func (s *redisSet) Tokens() []uint64 { return slices.Clone(s.tokens) }
 
 func (s *redisSet) Refresh(ctx context.Context, ttl time.Duration) error {
-	var ok bool
-	err := s.d.write(ctx, s.keys[0], func(sc redis.Scripter) (bool, error) {
-		var err error
-		ok, err = redisops.RefreshAll(ctx, sc, s.keys, s.value, ttl)
-		return ok, err
+	return s.d.refresh(ctx, s.keys[0], func(sc redis.Scripter) (bool, error) {
+		return redisops.RefreshAll(ctx, sc, s.keys, s.value, ttl)
 	})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
 }
 
 func (s *redisSet) Unlock(ctx context.Context) error {
-	ok, err := redisops.ReleaseAll(ctx, s.d.c, s.keys, s.value)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
+	return heldUnless(redisops.ReleaseAll(ctx, s.d.c, s.keys, s.value))
 }
