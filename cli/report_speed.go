@@ -57,7 +57,8 @@ func speedOf(res *bench.Results) *report.Speed {
 	c := res.Config
 	s := &report.Speed{Columns: []string{"kind", "uncontended p50", "p99", "× raw round trips",
 		fmt.Sprintf("hand-offs/s (%d clients)", c.Clients), "longest wait", "Jain fairness",
-		fmt.Sprintf("many keys cycles/s (%d clients)", c.ManyClients), "lock freed after a crash (p50)", "allocs/cycle"}}
+		fmt.Sprintf("many keys cycles/s (%d clients)", c.ManyClients), "lock freed after a crash (p50)", "allocs/cycle",
+		"election: leader replaced after a crash (p50)", "4 keys at once vs 4 leases (p50)"}}
 	s.Columns = append(s.Columns, primitiveColumns()...)
 	dash := func(ok bool, f func() string) string {
 		if !ok {
@@ -67,10 +68,12 @@ func speedOf(res *bench.Results) *report.Speed {
 	}
 	for _, r := range res.Rows {
 		if r.Skipped != "" {
-			s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: append([]string{string(r.Kind), "skipped", "", "", "", "", "", "", "", ""}, "", "", "")})
+			row := make([]string, len(s.Columns))
+			row[0], row[1] = string(r.Kind), "skipped"
+			s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: row})
 			continue
 		}
-		u, k, m, x, a := r.Uncontended, r.Contended, r.ManyKeys, r.Crash, r.Allocs
+		u, k, m, x, a, el, mk := r.Uncontended, r.Contended, r.ManyKeys, r.Crash, r.Allocs, r.Election, r.MultiKey
 		s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: []string{
 			string(r.Kind),
 			dash(u != nil, func() string { return roundDur(u.P50) }),
@@ -82,6 +85,10 @@ func speedOf(res *bench.Results) *report.Speed {
 			dash(m != nil, func() string { return fmt.Sprintf("%.0f", m.Rate) }),
 			dash(x != nil, func() string { return fmt.Sprintf("%s (%s)", roundDur(x.P50), x.Timeout) }),
 			dash(a != nil, func() string { return fmt.Sprintf("%.0f", a.PerCycle) }),
+			dash(el != nil, func() string { return fmt.Sprintf("%s (%s)", roundDur(el.P50), el.Timeout) }),
+			dash(mk != nil, func() string {
+				return fmt.Sprintf("%s vs %s (%.2f×)", roundDur(mk.Set.P50), roundDur(mk.Singles.P50), mk.Ratio)
+			}),
 		}})
 		s.Rows[len(s.Rows)-1].Values = append(s.Rows[len(s.Rows)-1].Values, primitiveValues(r)...)
 		if u != nil {

@@ -188,12 +188,9 @@ func runCommand(fs *flag.FlagSet) int {
 		return cmd.usageError(os.Stderr, "--key is required")
 	case len(argv) == 0:
 		return cmd.usageError(os.Stderr, "no command given (put it after --)")
-	case c.grace < 0:
-		return cmd.usageError(os.Stderr, "--grace must not be negative")
-	case c.grace > 0 && c.grace >= 2*c.ttlOrDefault()/3 && perLeaseURL(c.url):
-		// Healthy renewals keep two thirds of the TTL ahead: a longer grace would
-		// warn the command while the lease is fine.
-		return cmd.usageError(os.Stderr, fmt.Sprintf("--grace %v must be shorter than two thirds of the TTL (%v)", c.grace, c.ttlOrDefault()))
+	}
+	if msg := graceError(c.grace, c.ttl, c.url); msg != "" {
+		return cmd.usageError(os.Stderr, msg)
 	}
 	if err := dlock.ValidateKey(c.key); err != nil {
 		return cmd.usageError(os.Stderr, "--key: "+err.Error())
@@ -234,6 +231,21 @@ func runCommand(fs *flag.FlagSet) int {
 	return supervisor{name: "run", key: c.key, grace: c.graceFor(lease)}.run(argv, lease, sigs)
 }
 
+// graceError says what is wrong with --grace for a lease of ttl (0: the default)
+// on rawURL's backend ("" when nothing is).
+func graceError(grace, ttl time.Duration, rawURL string) string {
+	ttl = runConfig{ttl: ttl}.ttlOrDefault()
+	switch {
+	case grace < 0:
+		return "--grace must not be negative"
+	case grace > 0 && grace >= 2*ttl/3 && perLeaseURL(rawURL):
+		// Healthy renewals keep two thirds of the TTL ahead: a longer grace would
+		// warn the command while the lease is fine.
+		return fmt.Sprintf("--grace %v must be shorter than two thirds of the TTL (%v)", grace, ttl)
+	}
+	return ""
+}
+
 // graceFor is --grace, or its default for lease (defaultGrace).
 func (c runConfig) graceFor(lease dlock.Lease) time.Duration {
 	if c.grace > 0 {
@@ -260,32 +272,12 @@ func (c runConfig) ttlOrDefault() time.Duration {
 func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan os.Signal) (dlock.Lease, dlock.Locker, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var caught os.Signal
-	watchDone := make(chan struct{})
-	stopWatch := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		for {
-			select {
-			case s := <-sigs:
-				if s == syscall.SIGTSTP { // stop while waiting, as the default action would
-					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-					continue
-				}
-				caught = s
-				cancel()
-			case <-stopWatch:
-			}
-			return
-		}
-	}()
-	stop := func() { close(stopWatch); <-watchDone }
+	stop := whileWaiting(sigs, cancel)
 
 	l, err := dlock.Open(ctx, c.url)
 	if err != nil {
-		stop()
-		if caught != nil {
-			return nil, nil, interrupted(caught)
+		if caught := stop(); caught != nil {
+			return nil, nil, interrupted("run", caught)
 		}
 		if errors.Is(err, dlock.ErrInvalidURL) {
 			return nil, nil, commands["run"].usageError(os.Stderr, "--url: "+err.Error())
@@ -309,13 +301,12 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 		lease, err = target.Acquire(wctx, opts...)
 		wcancel()
 	}
-	stop()
-	if caught != nil {
+	if caught := stop(); caught != nil {
 		if err == nil {
 			releaseQuietly(lease)
 		}
 		l.Close()
-		return nil, nil, interrupted(caught)
+		return nil, nil, interrupted("run", caught)
 	}
 	if err == nil {
 		return lease, l, exitOK
@@ -332,8 +323,39 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 	return nil, nil, exitUnavailable
 }
 
-func interrupted(s os.Signal) int {
-	fmt.Fprintf(os.Stderr, "dlock run: %v while waiting for the lock; giving up\n", s)
+// whileWaiting watches sigs while dlock waits for a lease: SIGTSTP stops dlock, as
+// its default action would; any other signal cancels the wait. stop ends the watch
+// and returns the signal that cancelled the wait (nil if none did).
+func whileWaiting(sigs <-chan os.Signal, cancel context.CancelFunc) (stop func() os.Signal) {
+	var caught os.Signal
+	watchDone, stopWatch := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGTSTP {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+					continue
+				}
+				caught = s
+				cancel()
+			case <-stopWatch:
+			}
+			return
+		}
+	}()
+	return func() os.Signal {
+		close(stopWatch)
+		<-watchDone
+		return caught
+	}
+}
+
+// interrupted reports that dlock command gave up its wait on signal s and returns
+// the exit code.
+func interrupted(command string, s os.Signal) int {
+	fmt.Fprintf(os.Stderr, "dlock %s: %v while waiting for the lease; giving up\n", command, s)
 	return exitSignalBase + int(s.(syscall.Signal))
 }
 

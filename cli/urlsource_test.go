@@ -64,7 +64,17 @@ func TestURLSources(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want %d and %q", name, code, stderr, exitUsage, c.want)
 		}
 	}
-	for _, cmd := range []string{"run", "check"} {
+	// dlock elect takes its URL the same way (and runs its command as run does).
+	elect := exec.Command(dlockBin, "elect", "--name", uniqueKey(t), "--", childBin, "exit", "7")
+	elect.Env = append(os.Environ(), "DLOCK_URL=mem://")
+	p := startProc(t, elect)
+	code := p.wait(t)
+	drain(p.out)
+	drain(p.errs)
+	if code != 7 {
+		t.Errorf("dlock elect with DLOCK_URL: exit %d, want the command's 7; stderr:\n%s", code, p.stderrText())
+	}
+	for _, cmd := range []string{"run", "check", "elect", "leader"} {
 		p := startDlock(t, cmd, "--help")
 		var out strings.Builder
 		for l := range p.out {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +101,7 @@ type flawedStore struct {
 	mu    sync.Mutex
 	locks map[string][]*flawedLock
 	token uint64
+	terms map[string]*flawedTerms // per election (broken_election_multi_test.go)
 }
 
 type flawedLock struct {
@@ -117,19 +119,24 @@ func (d flawedDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	lk, err := s.tryLocked(key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+// tryLocked is TryLock; the caller holds s.mu.
+func (s *flawedStore) tryLocked(key string, ttl time.Duration) (*flawedLock, error) {
 	now := time.Now()
 	live := s.locks[key][:0]
 	for _, l := range s.locks[key] {
-		if s.flaw == neverExpires || now.Before(l.expires) {
+		if s.neverExpires(key) || now.Before(l.expires) {
 			live = append(live, l)
 		}
 	}
 	s.locks[key] = live
-	limit := 1
-	if s.flaw == twoHolders {
-		limit = 2
-	}
-	if len(live) >= limit {
+	if len(live) >= s.limit(key) {
 		return nil, driver.Busy(0)
 	}
 	s.token++
@@ -146,7 +153,7 @@ func (l *flawedLock) Token() uint64 { return l.token }
 // find returns the index of l among key's live owners, or -1.
 func (l *flawedLock) find() int {
 	for i, o := range l.s.locks[l.key] {
-		if o == l && (l.s.flaw == neverExpires || time.Now().Before(o.expires)) {
+		if o == l && (l.s.neverExpires(l.key) || time.Now().Before(o.expires)) {
 			return i
 		}
 	}
@@ -174,12 +181,21 @@ func (l *flawedLock) Unlock(ctx context.Context) error {
 		delete(l.s.locks, l.key)
 		return nil
 	}
-	i := l.find()
-	if i < 0 {
+	if !l.unlockLocked() {
 		return dlock.ErrNotHeld
 	}
-	l.s.locks[l.key] = append(l.s.locks[l.key][:i], l.s.locks[l.key][i+1:]...)
 	return nil
+}
+
+// unlockLocked removes l if it is still a live owner and reports whether it was;
+// the caller holds s.mu.
+func (l *flawedLock) unlockLocked() bool {
+	i := l.find()
+	if i < 0 {
+		return false
+	}
+	l.s.locks[l.key] = append(l.s.locks[l.key][:i], l.s.locks[l.key][i+1:]...)
+	return true
 }
 
 type flawedHarness struct {
@@ -202,16 +218,24 @@ func TestFlawedSuite(t *testing.T) {
 	if !ok {
 		t.Skip("run by TestSuiteCatchesFlaws with DLOCK_FLAW set")
 	}
-	caps := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
-	if p := os.Getenv("DLOCK_DECLARE"); p != "" {
-		caps.Weaknesses = []spec.Property{spec.Property(p)}
+	caps := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true,
+		Election: &spec.Primitive{Native: true, Fencing: true}, MultiKey: &spec.Primitive{Native: true, Fencing: true}}
+	if p := spec.Property(os.Getenv("DLOCK_DECLARE")); p != "" {
+		switch {
+		case slices.Contains(spec.ElectionProperties, p):
+			caps.Election.Weaknesses = []spec.Property{p}
+		case slices.Contains(spec.MultiKeyProperties, p):
+			caps.MultiKey.Weaknesses = []spec.Property{p}
+		default:
+			caps.Weaknesses = []spec.Property{p}
+		}
 	}
 	if os.Getenv("DLOCK_QUEUE") == "1" { // FIFO needs a store with a queue
 		caps.FIFO = true
 		conformance.Run(t, queueHarness{memlock.NewStore(), flaw(f) == barging, new(atomic.Int64), caps})
 		return
 	}
-	conformance.Run(t, flawedHarness{&flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}}, caps})
+	conformance.Run(t, flawedHarness{&flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}, terms: map[string]*flawedTerms{}}, caps})
 }
 
 func TestSuiteCatchesFlaws(t *testing.T) {

@@ -13,10 +13,13 @@ import (
 
 // The fault campaign of the primitives: the mutex's scenarios (same harness
 // interfaces, same expectations: a backend's primitive is expected to fare as its
-// mutex does) run on a semaphore and on a read-write lock, each a cell of the
-// report (spec.SemaphoreScenarios, spec.RWLockScenarios).
+// mutex does) run on a semaphore, on a read-write lock and on an election's
+// candidates (election_faults.go), each a cell of the report
+// (spec.SemaphoreScenarios, spec.RWLockScenarios, spec.ElectionScenarios).
 
-func init() { primitiveFaultMakers = append(primitiveFaultMakers, semaphoreFaults, rwFaults) }
+func init() {
+	primitiveFaultMakers = append(primitiveFaultMakers, semaphoreFaults, rwFaults, electionFaults)
+}
 
 func semaphoreFaults(f *faults) []run {
 	if f.caps.Semaphore == nil {
@@ -52,8 +55,8 @@ func halfTrials(f *faults) func(spec.Scenario) int {
 }
 
 // childAcquire takes what a holder child was asked to hold: the mutex (kind ""),
-// one permit of a semaphore ("semaphore:<limit>"), or a read-write lock's "shared"
-// or "exclusive" lease.
+// one permit of a semaphore ("semaphore:<limit>"), a read-write lock's "shared"
+// or "exclusive" lease, or leadership of the election named key ("election").
 func childAcquire(ctx context.Context, l dlock.Locker, key, kind string, opts ...dlock.Option) (dlock.Lease, error) {
 	switch {
 	case kind == "":
@@ -68,6 +71,12 @@ func childAcquire(ctx context.Context, l dlock.Locker, key, kind string, opts ..
 			return nil, err
 		}
 		return sem.Acquire(ctx, opts...)
+	case kind == "election":
+		e, err := dlock.NewElection(l, key)
+		if err != nil {
+			return nil, err
+		}
+		return e.Campaign(ctx, candidateValue, opts...)
 	case kind == "shared" || kind == "exclusive":
 		m, err := dlock.NewRWMutex(l, key)
 		if err != nil {

@@ -109,13 +109,15 @@ func mutexSubject(f *faults) *subject {
 }
 
 // contender is the handle the scenarios ask with: the same kind as the child's
-// (a limit-1 semaphore's permit, or an exclusive lease).
+// (a limit-1 semaphore's permit, an exclusive lease, or a candidate).
 func (p *subject) contender(t testing.TB, l dlock.Locker, k string) handle {
 	switch p.kind {
 	case "":
 		return keyed{l, k}
 	case "exclusive":
 		return newRWMutex(t, l, k)
+	case "election":
+		return newCandidate(t, l, k)
 	}
 	return newSemaphore(t, l, k, 1)
 }

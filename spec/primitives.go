@@ -74,22 +74,27 @@ var (
 // MutexScenarioOf returns the mutex scenario a primitive's scenario mirrors (s
 // itself for a mutex scenario).
 func MutexScenarioOf(s Scenario) Scenario {
-	for _, list := range [][]Scenario{SemaphoreScenarios, RWLockScenarios} {
-		for i, x := range list {
-			if x == s {
-				return primitiveBase[i]
-			}
-		}
+	if base, ok := mirrors[s]; ok {
+		return base
 	}
 	return s
 }
 
-var primitiveBase = []Scenario{HolderCrash, HolderPause, ServerRestart, Failover, Partition, QuorumLoss, LeaderKill, ClockJump}
+// mirrors maps each primitive's scenario to the mutex scenario it mirrors (each
+// primitive's file adds its own in init, through mirror).
+var mirrors = map[Scenario]Scenario{}
+
+// mirror records that list[i] mirrors base[i].
+func mirror(list, base []Scenario) {
+	for i, s := range list {
+		mirrors[s] = base[i]
+	}
+}
 
 // Family is one primitive beyond the mutex as the report and the docs group it: its
 // properties and its fault scenarios.
 type Family struct {
-	Name       string // "semaphore", "rwlock"
+	Name       string // "semaphore", "rwlock", "election", "multikey"
 	Properties []Property
 	Scenarios  []Scenario
 }
@@ -99,6 +104,8 @@ type Family struct {
 var Families = []Family{
 	{"semaphore", SemaphoreProperties, SemaphoreScenarios},
 	{"rwlock", RWLockProperties, RWLockScenarios},
+	{"election", ElectionProperties, ElectionScenarios},
+	{"multikey", MultiKeyProperties, nil},
 }
 
 // Weak reports whether p is a declared weakness of the primitive.
@@ -114,9 +121,15 @@ func (p *Primitive) Weak(prop Property) bool {
 	return false
 }
 
+// init lists the primitives' properties and scenarios (semaphores, read-write locks,
+// elections, sets of keys, in that order) and what each scenario mirrors.
 func init() {
 	for _, f := range Families {
 		PrimitiveProperties = append(PrimitiveProperties, f.Properties...)
 		PrimitiveScenarios = append(PrimitiveScenarios, f.Scenarios...)
 	}
+	primitiveBase := []Scenario{HolderCrash, HolderPause, ServerRestart, Failover, Partition, QuorumLoss, LeaderKill, ClockJump}
+	mirror(SemaphoreScenarios, primitiveBase)
+	mirror(RWLockScenarios, primitiveBase)
+	mirror(ElectionScenarios, []Scenario{HolderCrash, Partition, ServerRestart, Failover, LeaderKill, ClockJump})
 }

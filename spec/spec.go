@@ -46,13 +46,11 @@ var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, 
 
 // PrimitiveProperties lists the properties of the primitives beyond the mutex
 // (semaphores, read-write locks, elections, multi-key locks), which conformance.Run
-// checks where a backend declares the primitive; each primitive's file appends its
-// own in init.
+// checks where a backend declares the primitive (listed in primitives.go's init).
 var PrimitiveProperties []Property
 
 // PrimitiveScenarios lists the fault scenarios of the primitives beyond the mutex
-// (each mirrors a mutex scenario: MutexScenarioOf); each primitive's file appends its
-// own in init.
+// (each mirrors a mutex scenario: MutexScenarioOf; listed in primitives.go's init).
 var PrimitiveScenarios []Scenario
 
 // Scenario names a fault that conformance.RunFaults injects.

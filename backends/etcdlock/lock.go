@@ -95,7 +95,12 @@ func (d *etcdDriver) heldCount() int {
 }
 
 func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	queue := d.queue(key)
+	return d.tryIn(ctx, key, d.queue(key), "", ttl)
+}
+
+// tryIn takes the lock whose queue is queue (a mutex's, or an election's) for key,
+// its key written with value, if nobody queues in it.
+func (d *etcdDriver) tryIn(ctx context.Context, key, queue, value string, ttl time.Duration) (driver.Lock, error) {
 	for retried := false; ; retried = true {
 		ls, err := d.leases.get(ctx, ttl)
 		if err != nil {
@@ -104,7 +109,7 @@ func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration)
 		name := lockKey(queue, ls)
 		resp, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(queue), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(name, "", clientv3.WithLease(ls.id))).
+			Then(clientv3.OpPut(name, value, clientv3.WithLease(ls.id))).
 			Commit()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried:
@@ -116,7 +121,7 @@ func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration)
 			d.leases.put(ls)
 			return nil, driver.Busy(0)
 		}
-		return d.grant(key, name, resp.Header.Revision, resp.Header.Revision, ls), nil
+		return d.grant(key, name, value, resp.Header.Revision, resp.Header.Revision, ls), nil
 	}
 }
 
@@ -177,7 +182,7 @@ func (d *etcdDriver) enqueue(ctx context.Context, key, queue, value string, ttl 
 			d.dequeue(name, rev, ls)
 			return nil, err
 		case len(waitFor) <= keep:
-			return d.grant(key, name, rev, rev, ls), nil
+			return d.grant(key, name, value, rev, rev, ls), nil
 		case !wait:
 			d.dequeue(name, rev, ls)
 			return nil, driver.Busy(0)
@@ -198,7 +203,7 @@ func (d *etcdDriver) enqueue(ctx context.Context, key, queue, value string, ttl 
 			d.leases.revoke(ls) // leaves the queue: the lease takes our key away
 			return nil, err
 		}
-		return d.grant(key, name, rev, seen, ls), nil
+		return d.grant(key, name, value, rev, seen, ls), nil
 	}
 }
 
@@ -416,10 +421,10 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// grant makes the lock for our key name (created at rev, seen still there at seen)
-// and starts watching it for loss.
-func (d *etcdDriver) grant(key, name string, rev, seen int64, ls *lease) *etcdLock {
-	lk := &etcdLock{d: d, key: key, name: name, rev: rev, lease: ls, lost: make(chan struct{})}
+// grant makes the lock for our key name (written with value, created at rev, seen
+// still there at seen) and starts watching it for loss.
+func (d *etcdDriver) grant(key, name, value string, rev, seen int64, ls *lease) *etcdLock {
+	lk := &etcdLock{d: d, key: key, name: name, value: value, rev: rev, lease: ls, lost: make(chan struct{})}
 	lk.watchCtx, lk.stopWatch = context.WithCancel(d.ctx)
 	d.mu.Lock()
 	d.held[heldID{key, uint64(rev)}] = name
@@ -459,6 +464,7 @@ type etcdLock struct {
 	d         *etcdDriver
 	key       string
 	name      string
+	value     string // what our key holds (an election's leader value)
 	rev       int64
 	watchCtx  context.Context
 	stopWatch context.CancelFunc
@@ -537,7 +543,7 @@ func (l *etcdLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	resp, err := l.d.cli.Txn(ctx).If(l.owned()).
-		Then(clientv3.OpPut(l.name, "", clientv3.WithLease(nl.id))).Commit()
+		Then(clientv3.OpPut(l.name, l.value, clientv3.WithLease(nl.id))).Commit()
 	switch {
 	case err != nil:
 		// Our key is on cur or on nl: neither can be trusted nor revoked.

@@ -64,14 +64,18 @@ func parseURL(u *url.URL) (etcdURL, error) {
 // declare: fencing by create revision, per-lease TTLs (etcd leases, whole seconds,
 // MinTTL), refresh, waiters queued by revision (FIFO). Raft keeps every lock through
 // a member's restart and a leader's death. Semaphores and read-write locks queue by
-// revision too: fenced, in arrival order, with writer preference.
+// revision too: fenced, in arrival order, with writer preference. Elections are the
+// same queue (election.go, etcd's concurrency.Election layout); a set of keys is one
+// transaction (multi.go), its revision each key's token.
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if _, err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: true,
 		Semaphore: &spec.Primitive{Native: true, Fencing: true, FIFO: true},
-		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true}}, nil
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true},
+		Election:  &spec.Primitive{Native: true, Fencing: true, FIFO: true},
+		MultiKey:  &spec.Primitive{Native: true, Fencing: true}}, nil
 }
 
 // open is the URL opener: etcd://[user:pass@]host1:2379,host2:2379/prefix.

@@ -22,6 +22,7 @@ type Store struct {
 	queues  map[string][]*waiter                  // per key, in arrival order
 	pollers map[string]map[chan struct{}]struct{} // Acquires with a retry strategy, woken when key frees
 	token   uint64                                // last token handed out; one counter for all keys keeps each key's tokens increasing
+	terms   map[string]*terms                     // per election name (election.go)
 	reaped  time.Time                             // when expired entries were last reaped
 	prims   map[string]*prim                      // semaphores and read-write locks (primitives.go)
 }
@@ -45,7 +46,7 @@ type waiter struct {
 // NewStore returns an empty lock space.
 func NewStore() *Store {
 	return &Store{locks: map[string]*entry{}, queues: map[string][]*waiter{}, pollers: map[string]map[chan struct{}]struct{}{},
-		prims: map[string]*prim{}}
+		prims: map[string]*prim{}, terms: map[string]*terms{}}
 }
 
 // Delete removes key's lock whoever holds it, as an operator deleting a lock by hand

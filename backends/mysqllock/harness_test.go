@@ -273,10 +273,15 @@ const lockGrants = "SELECT, INSERT, UPDATE"
 // and read-write locks: their rows are deleted on release and when expired.
 const holdersGrants = "SELECT, INSERT, UPDATE, DELETE"
 
+// electionsGrants is what a lock user needs on the elections table (old terms are
+// pruned: DELETE).
+const electionsGrants = "SELECT, INSERT, UPDATE, DELETE"
+
 // secureMySQL starts a server that offers TLS, creates a database, its lock table
 // (as root), and a user "locker" (password secretPassword) that must connect over
 // TLS with a client certificate the PKI's CA signed (REQUIRE X509) and holds only
-// lockGrants on the lock table and holdersGrants on its holders table. It returns the server, the PKI, root's DSN of the
+// lockGrants on the lock table, holdersGrants on its holders table and
+// electionsGrants on its elections table. It returns the server, the PKI, root's DSN of the
 // database and the URL tail of the lock user: "locker:…@host:port/db".
 func secureMySQL(t testing.TB) (*servers.MySQL, *servers.PKI, string, string) {
 	pki := servertest.PKI(t)
@@ -295,6 +300,7 @@ func secureMySQL(t testing.TB) (*servers.MySQL, *servers.PKI, string, string) {
 		"CREATE USER 'locker'@'%' IDENTIFIED BY '" + secretPassword + "' REQUIRE X509",
 		"GRANT " + lockGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.DefaultTable + "` TO 'locker'@'%'",
 		"GRANT " + holdersGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.HoldersTable(mysqllock.DefaultTable) + "` TO 'locker'@'%'",
+		"GRANT " + electionsGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.ElectionsTable(mysqllock.DefaultTable) + "` TO 'locker'@'%'",
 	} {
 		if _, err := admin.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", strings.ReplaceAll(q, secretPassword, "…"), err)

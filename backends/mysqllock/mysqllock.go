@@ -94,8 +94,8 @@ func newLocker(db *sql.DB, c config) dlock.Locker {
 }
 
 // Migrate creates the lock table in db if it does not exist (DefaultTable, or the one
-// given with WithTable), and the table of the semaphores and read-write locks beside
-// it (HoldersTable). It is idempotent and safe to run from many processes at once.
+// given with WithTable), and beside it the table of the semaphores and read-write
+// locks (HoldersTable) and that of the elections (ElectionsTable). It is idempotent and safe to run from many processes at once.
 // It returns the database's error, wrapped, if the table cannot be created (e.g. no
 // CREATE privilege). It does not check or alter an existing table.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
@@ -106,5 +106,8 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createTable, quoteIdent(c.table))); err != nil {
 		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(c.table), err)
 	}
-	return migrateHolders(ctx, db, c.table)
+	if err := migrateHolders(ctx, db, c.table); err != nil {
+		return err
+	}
+	return migrateElections(ctx, db, c.table)
 }

@@ -105,23 +105,10 @@ func (d *tableDriver) primStmts(ctx context.Context) (*primStatements, error) {
 	if d.prims != nil {
 		return d.prims, nil
 	}
-	t := quoteIdent(HoldersTable(d.cfg.table))
 	var s primStatements
-	var err error
-	prep := func(dst **sql.Stmt, query string) {
-		if err == nil {
-			*dst, err = d.db.PrepareContext(ctx, fmt.Sprintf(query, t))
-		}
-	}
-	prep(&s.rows, primRowsSQL)
-	prep(&s.grant, primGrantSQL)
-	prep(&s.sweep, primSweepSQL)
-	prep(&s.refresh, primRefreshSQL)
-	prep(&s.release, primReleaseSQL)
-	prep(&s.tidy, primTidySQL)
-	if err != nil {
-		s.close()
-		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+	if err := d.prepareOn(ctx, HoldersTable(d.cfg.table), []stmtDef{{&s.rows, primRowsSQL}, {&s.grant, primGrantSQL},
+		{&s.sweep, primSweepSQL}, {&s.refresh, primRefreshSQL}, {&s.release, primReleaseSQL}, {&s.tidy, primTidySQL}}); err != nil {
+		return nil, err
 	}
 	d.prims = &s
 	return &s, nil

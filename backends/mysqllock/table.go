@@ -83,11 +83,12 @@ type tableDriver struct {
 	db  *sql.DB
 	cfg config
 
-	mu       sync.Mutex // guards the fields below
-	prepared *statements
-	prims    *primStatements // semaphores and read-write locks (primitives.go)
-	closed   bool
-	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
+	mu        sync.Mutex // guards the fields below
+	prepared  *statements
+	prims     *primStatements     // semaphores and read-write locks (primitives.go)
+	elections *electionStatements // election.go
+	closed    bool
+	tidying   sync.WaitGroup // clean-ups still running; Close waits for them
 	// free holds keys whose row this client last saw free or took: their next
 	// attempt tries takeSQL first. A hint only: a wrong one costs a round trip.
 	free map[string]struct{}
@@ -141,6 +142,31 @@ func (s *statements) close() {
 			st.Close()
 		}
 	}
+}
+
+// stmtDef is a statement to prepare: its query, a format of the quoted table name,
+// and where the prepared statement goes.
+type stmtDef struct {
+	dst   **sql.Stmt
+	query string
+}
+
+// prepareOn prepares each of defs on table. On an error it closes those it prepared
+// and returns the error, naming the table.
+func (d *tableDriver) prepareOn(ctx context.Context, table string, defs []stmtDef) error {
+	t := quoteIdent(table)
+	for i, def := range defs {
+		st, err := d.db.PrepareContext(ctx, fmt.Sprintf(def.query, t))
+		if err != nil {
+			for _, done := range defs[:i] {
+				(*done.dst).Close()
+				*done.dst = nil
+			}
+			return fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+		}
+		*def.dst = st
+	}
+	return nil
 }
 
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
@@ -237,6 +263,10 @@ func (d *tableDriver) Close() error {
 		d.prepared.close()
 		d.prepared = nil
 	}
+	if d.elections != nil {
+		d.elections.close()
+		d.elections = nil
+	}
 	if d.prims != nil {
 		d.prims.close()
 		d.prims = nil
@@ -295,7 +325,12 @@ func (l *tableLock) Unlock(ctx context.Context) error {
 // once, even on a stalled network), with a fresh short context, best effort. A lock
 // it misses (the interrupted statement reached the server after it) ends at its TTL.
 func (l *tableLock) tidyUp() {
-	d := l.d
+	l.d.inBackground(func(ctx context.Context) { _, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:]) })
+}
+
+// inBackground runs a clean-up f in the background with a fresh context bounded by
+// tidyTimeout, unless the driver is closed; Close waits for it.
+func (d *tableDriver) inBackground(f func(ctx context.Context)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -306,7 +341,7 @@ func (l *tableLock) tidyUp() {
 		defer d.tidying.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 		defer cancel()
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		f(ctx)
 	}()
 }
 

@@ -66,14 +66,17 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 // declareTable: fencing (a per-name counter in the table), per-lease TTLs kept by the
 // database clock, refresh. InnoDB keeps the rows across a restart. Semaphores and
 // read-write locks are native (a second table), fenced, polled: no order, no writer
-// preference.
+// preference. Elections keep a row per term (election.go, a table of their own); a
+// set of keys is one statement (multi.go), each key with its own token.
 func declareTable(u *url.URL) (spec.Capabilities, error) {
 	if _, _, _, err := parseTable(u); err != nil {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
 		Semaphore: &spec.Primitive{Native: true, Fencing: true},
-		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}}}, nil
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}},
+		Election:  &spec.Primitive{Native: true, Fencing: true},
+		MultiKey:  &spec.Primitive{Native: true, Fencing: true}}, nil
 }
 
 func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
@@ -141,14 +144,16 @@ func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, erro
 // lock to another client first — with the default 1s interval a local MariaDB does
 // (ServerRestart on "mysql+getlock (defaults)"), with 100ms it does not.
 // Semaphores are the generic ones (slots of named locks): no fencing, no order, and
-// limits are not compared.
+// limits are not compared. Sets of keys are taken key by key (waiting in one key's
+// queue at a time).
 func declareGetLock(u *url.URL) (spec.Capabilities, error) {
 	_, c, wait, err := parseGetLock(u)
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
 	caps := spec.Capabilities{SessionTimeout: wait, FIFO: true,
-		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}}}
+		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}},
+		MultiKey:  &spec.Primitive{}}
 	if c.check >= 250*time.Millisecond {
 		caps.FaultOutcomes = map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Sometimes}
 	}

@@ -66,30 +66,13 @@ type primLock struct {
 func (l *primLock) Token() uint64 { return l.token }
 
 func (l *primLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	var ok bool
-	err := l.d.write(ctx, l.key, func(s redis.Scripter) (bool, error) {
-		var err error
-		ok, err = redisops.PrimRefresh(ctx, s, l.key, l.value, ttl)
-		return ok, err
+	return l.d.refresh(ctx, l.key, func(s redis.Scripter) (bool, error) {
+		return redisops.PrimRefresh(ctx, s, l.key, l.value, ttl)
 	})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
 }
 
 func (l *primLock) Unlock(ctx context.Context) error {
-	ok, err := redisops.PrimRelease(ctx, l.d.c, l.key, l.value, l.wake)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
+	return heldUnless(redisops.PrimRelease(ctx, l.d.c, l.key, l.value, l.wake))
 }
 
 // cleanup releases the lease, best effort, with a fresh context.

@@ -178,7 +178,9 @@ var (
 )
 
 // declare: fencing, per-lease TTLs, refresh; native semaphores and read-write
-// locks, fenced, without queue (no writer preference). An empty server comes back from a
+// locks, fenced, without queue (no writer preference); elections (election.go) and
+// sets of keys in one script (multi.go; key by key across Redis Cluster slots). An
+// empty server comes back from a
 // restart without persistence (every lock gone), Redis expires keys by its wall
 // clock (a clock jump frees them), and, without wait_replicas, a promoted replica may
 // never have seen a lock.
@@ -192,7 +194,9 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		// Native primitives, one script per operation; waiters poll (woken by
 		// releases), so neither order nor writer preference.
 		Semaphore: &spec.Primitive{Native: true, Fencing: true},
-		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}}}
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}},
+		Election:  &spec.Primitive{Native: true, Fencing: true},
+		MultiKey:  &spec.Primitive{Native: true, Fencing: true}}
 	if r.ack < 1 {
 		// A promoted replica that never saw the lock grants it again (Failover), and
 		// its fencing counter missed the increment: it hands the same token out

@@ -43,7 +43,8 @@ func init() {
 // while the first lease is live (ServerRestart); so does a lease that stands on a
 // bare majority when one of its masters' clocks jumps (ClockJumpBareMajority,
 // Kleppmann's counterexample). One master's clock jump under a lease held on all of
-// them does not matter (ClockJump).
+// them does not matter (ClockJump). Sets of keys are taken key by key (each key by
+// quorum); there are no elections.
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if _, err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
@@ -51,7 +52,8 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	return spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJumpBareMajority: spec.Violated},
 		// The generic semaphore: slots of Redlock mutexes; limits are not compared.
-		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}}}, nil
+		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}},
+		MultiKey:  &spec.Primitive{}}, nil
 }
 
 // redlockURL is a parsed redlock:// URL.

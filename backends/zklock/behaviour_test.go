@@ -744,3 +744,67 @@ func TestInspect(t *testing.T) {
 		expect(t, m, "LeaderKill", false, "ensemble of 3 voters")
 	}
 }
+
+// TestPlantedCandidatesIgnored: persistent nodes named like LeaderLatch candidates
+// in an election's directory lead nothing: a campaign wins past them, Leader and
+// observers report the real leader, never a planted one, and ErrNoLeader when there
+// is none.
+func TestPlantedCandidatesIgnored(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	root := "/dlock-planted-latch"
+	l := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	other := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	admin := connect(t, z.Addrs(), 10*time.Second)
+	name := uniqueKey(t)
+	dir := zklock.ElectionPath(root, name)
+	if err := makeAll(admin, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"_c_0123456789abcdef0123456789abcdef-latch-0000000000", "latch-0000000001"} {
+		if _, err := admin.Create(dir+"/"+n, []byte("planted"), zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(dir+"/"+n, -1) })
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	e, err := dlock.NewElection(l, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld, err := e.Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
+		t.Fatalf("Leader with only planted candidates: %+v, %v; want ErrNoLeader", ld, err)
+	}
+	term, err := e.TryCampaign(ctx, "real")
+	if err != nil {
+		t.Fatalf("TryCampaign past planted candidates: %v", err)
+	}
+	defer term.Release(ctx)
+	if ld, err := e.Leader(ctx); err != nil || ld.Value != "real" || ld.Token != term.Token() {
+		t.Errorf("Leader: %+v, %v; want the real leader (token %d)", ld, err, term.Token())
+	}
+	oe, err := dlock.NewElection(other, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oe.TryCampaign(ctx, "second"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryCampaign while a real leader leads: %v, want ErrNotAcquired", err)
+	}
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if ld, ok := <-oe.Observe(octx); !ok || ld.Value != "real" {
+		t.Errorf("Observe: %+v (open %v), want the real leader first", ld, ok)
+	}
+}
+
+// makeAll creates path and its missing parents as persistent nodes.
+func makeAll(conn *zk.Conn, path string) error {
+	for i := 1; i <= len(path); i++ {
+		if i < len(path) && path[i] != '/' {
+			continue
+		}
+		if _, err := conn.Create(path[:i], nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+	}
+	return nil
+}

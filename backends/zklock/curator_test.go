@@ -19,18 +19,23 @@ import (
 )
 
 // curatorJars are the jars (Debian's libcurator-recipes-java and what it depends
-// on) that CuratorInterop needs.
+// on) that the Curator programs of testdata need.
 var curatorJars = []string{"curator-client", "curator-framework", "curator-recipes", "zookeeper", "zookeeper-jute",
 	"guava", "slf4j-api", "slf4j-nop"}
 
-// curator is a CuratorInterop process: Apache Curator's recipes, driven line by line.
+// curator is a process of a Curator program of testdata (CuratorInterop: the
+// semaphore and read-write lock; CuratorLatch: LeaderLatch): Apache Curator's
+// recipes, driven line by line.
 type curator struct {
 	t     *testing.T
+	name  string // the program
 	stdin *bufio.Writer
 	out   chan string
 }
 
-func startCurator(t *testing.T, addrs []string) *curator {
+// startCurator runs testdata/<program>.java against the ensemble at addrs and waits
+// until it is READY.
+func startCurator(t *testing.T, program string, addrs []string) *curator {
 	t.Helper()
 	var cp []string
 	for _, j := range curatorJars {
@@ -50,14 +55,14 @@ func startCurator(t *testing.T, addrs []string) *curator {
 		t.Skip(msg)
 	}
 	// java runs a single source file directly (Java 11+): no build step.
-	cmd := exec.Command(java, "-cp", strings.Join(cp, ":"), "testdata/CuratorInterop.java", strings.Join(addrs, ","))
+	cmd := exec.Command(java, "-cp", strings.Join(cp, ":"), "testdata/"+program+".java", strings.Join(addrs, ","))
 	cmd.Stderr = os.Stderr
 	in, _ := cmd.StdinPipe()
 	outPipe, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &curator{t: t, stdin: bufio.NewWriter(in), out: make(chan string, 16)}
+	c := &curator{t: t, name: program, stdin: bufio.NewWriter(in), out: make(chan string, 16)}
 	go func() {
 		defer close(c.out)
 		sc := bufio.NewScanner(outPipe)
@@ -77,7 +82,7 @@ func startCurator(t *testing.T, addrs []string) *curator {
 		}
 	})
 	if got := c.next(); got != "READY" {
-		t.Fatalf("CuratorInterop said %q, want READY", got)
+		t.Fatalf("%s said %q, want READY", program, got)
 	}
 	return c
 }
@@ -87,11 +92,11 @@ func (c *curator) next() string {
 	select {
 	case l, ok := <-c.out:
 		if !ok {
-			c.t.Fatal("CuratorInterop exited")
+			c.t.Fatalf("%s exited", c.name)
 		}
 		return l
 	case <-time.After(time.Minute):
-		c.t.Fatal("CuratorInterop did not answer within a minute")
+		c.t.Fatalf("%s did not answer within a minute", c.name)
 	}
 	return ""
 }
@@ -109,7 +114,7 @@ func (c *curator) do(format string, args ...any) string {
 // each sees the other's holders.
 func TestCuratorInterop(t *testing.T) {
 	z := servertest.ZooKeeper(t)
-	cur := startCurator(t, z.Addrs())
+	cur := startCurator(t, "CuratorInterop", z.Addrs())
 	l, err := dlock.Open(ctxFor(t, 30*time.Second), "zk://"+strings.Join(z.Addrs(), ",")+"/curator-interop")
 	if err != nil {
 		t.Fatal(err)

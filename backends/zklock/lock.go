@@ -30,12 +30,12 @@ type zkDriver struct {
 }
 
 func (d *zkDriver) TryLock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, false, mutexRule, nil))
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, nil, false, mutexRule, nil))
 }
 
 // Lock queues for key and waits until every node before ours is gone.
 func (d *zkDriver) Lock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, true, mutexRule, nil))
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, nil, true, mutexRule, nil))
 }
 
 // asLock returns lk as a driver.Lock, or no Lock at all with an error.
@@ -53,13 +53,19 @@ type rule func(children []string, name string) (watch string, mine bool, err err
 
 // mutexRule: the lowest lock node holds; a waiter watches the node just before its
 // own.
-func mutexRule(children []string, name string) (string, bool, error) {
-	seq, ok := parseSeq(name)
-	if !ok {
-		return "", false, fmt.Errorf("unexpected lock node name %q", name)
+var mutexRule = lowestRule(lockInfix)
+
+// lowestRule: the lowest node named with infix holds (a mutex's "lock-", an
+// election's "latch-"); a waiter watches the node just before its own.
+func lowestRule(infix string) rule {
+	return func(children []string, name string) (string, bool, error) {
+		seq, ok := parseSeqOf(name, infix)
+		if !ok {
+			return "", false, fmt.Errorf("unexpected lock node name %q", name)
+		}
+		pred, mine := predecessor(children, name, seq, infix)
+		return pred, mine, nil
 	}
-	pred, mine := predecessor(children, name, seq)
-	return pred, mine, nil
 }
 
 func (d *zkDriver) Close() error {
@@ -75,11 +81,11 @@ func (d *zkDriver) Close() error {
 	return nil
 }
 
-// acquire queues a node named with infix in dir and takes the lock as r decides
-// (waiting for it with wait). check, if not nil, runs once beside the first look at
-// the queue; its error aborts the acquire (a conflict).
-func (d *zkDriver) acquire(ctx context.Context, dir, infix string, wait bool, r rule, check func() error) (*zkLock, error) {
-	path, err := call(ctx, func() (string, error) { return d.create(dir, infix) },
+// acquire queues a node named with infix, holding data, in dir and takes the lock as
+// r decides (waiting for it with wait). check, if not nil, runs once beside the
+// first look at the queue; its error aborts the acquire (a conflict).
+func (d *zkDriver) acquire(ctx context.Context, dir, infix string, data []byte, wait bool, r rule, check func() error) (*zkLock, error) {
+	path, err := call(ctx, func() (string, error) { return d.create(dir, infix, data) },
 		func(path string, err error) { // ctx ended first: undo a create that went through
 			if err == nil {
 				d.discard(path)
@@ -103,10 +109,10 @@ func (d *zkDriver) acquire(ctx context.Context, dir, infix string, wait bool, r 
 	return lk, nil
 }
 
-// create makes our ephemeral sequential node in dir, named with infix, and returns
-// its path. A create whose answer was lost with the connection is looked up by its
-// GUID rather than made twice.
-func (d *zkDriver) create(dir, infix string) (string, error) {
+// create makes our ephemeral sequential node in dir, named with infix and holding
+// data, and returns its path. A create whose answer was lost with the connection is
+// looked up by its GUID rather than made twice.
+func (d *zkDriver) create(dir, infix string, data []byte) (string, error) {
 	var g [16]byte
 	_, _ = rand.Read(g[:])
 	guid := hex.EncodeToString(g[:])
@@ -114,7 +120,7 @@ func (d *zkDriver) create(dir, infix string) (string, error) {
 	var err error
 	for range 8 {
 		var path string
-		path, err = d.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, d.cfg.acl)
+		path, err = d.conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, d.cfg.acl)
 		switch {
 		case err == nil:
 			return path, nil
@@ -324,17 +330,21 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 	}
 }
 
-// parseSeq returns the sequence number of a lock node of this protocol: a name
-// "lock-" followed by the 10 digits ZooKeeper appends to a sequential node, with or
-// without the protection prefix "_c_<id>-" that dlock, go-zookeeper's zk.Lock
-// (a 32-digit hex id) and Curator (a UUID) put before it. Any other child of a lock
-// directory is not a lock node: ok is false.
-func parseSeq(name string) (seq int64, ok bool) {
-	if len(name) < len(lockInfix)+seqDigits {
+// parseSeq returns the sequence number of a lock node of this protocol (see
+// parseSeqOf).
+func parseSeq(name string) (seq int64, ok bool) { return parseSeqOf(name, lockInfix) }
+
+// parseSeqOf returns the sequence number of a node named with infix ("lock-",
+// "latch-"): infix followed by the 10 digits ZooKeeper appends to a sequential
+// node, with or without the protection prefix "_c_<id>-" that dlock, go-zookeeper's
+// zk.Lock (a 32-digit hex id) and Curator (a UUID) put before it. Any other child of
+// the directory is not a node of this protocol: ok is false.
+func parseSeqOf(name, infix string) (seq int64, ok bool) {
+	if len(name) < len(infix)+seqDigits {
 		return 0, false
 	}
 	digits := name[len(name)-seqDigits:]
-	head, ok := strings.CutSuffix(name[:len(name)-seqDigits], lockInfix)
+	head, ok := strings.CutSuffix(name[:len(name)-seqDigits], infix)
 	if !ok || head != "" && !protected(head) || strings.Trim(digits, "0123456789") != "" {
 		return 0, false
 	}
@@ -355,16 +365,16 @@ func protected(head string) bool {
 const seqDigits = 10
 
 // predecessor returns the child just before ours ("" if ours is the lowest), and
-// whether ours is among children at all. Children that are not lock nodes of this
-// protocol, and those found planted, are ignored.
-func predecessor(children []string, name string, seq int64) (pred string, mine bool) {
+// whether ours is among children at all. Children that are not nodes of this
+// protocol (named with infix), and those found planted, are ignored.
+func predecessor(children []string, name string, seq int64, infix string) (pred string, mine bool) {
 	best := int64(-1 << 63)
 	for _, c := range children {
 		if c == name {
 			mine = true
 			continue
 		}
-		s, ok := parseSeq(c)
+		s, ok := parseSeqOf(c, infix)
 		if ok && s < seq && s > best {
 			best, pred = s, c
 		}

@@ -70,7 +70,7 @@ func (d *zkDriver) lockRW(ctx context.Context, key string, shared, wait bool) (d
 		}
 		return err
 	}
-	return asLock(d.acquire(ctx, dir, infix, wait, rwRule(shared), check))
+	return asLock(d.acquire(ctx, dir, infix, nil, wait, rwRule(shared), check))
 }
 
 // children lists dir; a missing dir has none.
@@ -130,7 +130,7 @@ func (d *zkDriver) LockSemaphore(ctx context.Context, key string, limit int, _ t
 		return asLock(lk, err)
 	}
 	dir := LockDir(d.cfg.root, key)
-	line, err := d.acquire(ctx, dir+"/"+locksDir, lockInfix, true, mutexRule, nil)
+	line, err := d.acquire(ctx, dir+"/"+locksDir, lockInfix, nil, true, mutexRule, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (d *zkDriver) lease(ctx context.Context, key string, limit int, wait bool) 
 		return err
 	}
 	infix := "limit" + strconv.Itoa(limit) + "-" + leaseInfix
-	return d.acquire(ctx, dir+"/"+leasesDir, infix, wait, semaphoreRule(key, limit), check)
+	return d.acquire(ctx, dir+"/"+leasesDir, infix, nil, wait, semaphoreRule(key, limit), check)
 }
 
 // watchDir is the node semaphoreRule asks to watch while the lease nodes are over

@@ -89,7 +89,9 @@ func parseURL(u *url.URL) (zkURL, error) {
 // declare: fencing by the lock node's creation zxid; locks last as long as the
 // session, which the ensemble ends session_timeout after it last heard from the
 // client (the ensemble may grant a timeout other than the one requested: within
-// 2 and 20 ticks); waiters queue by sequence (FIFO).
+// 2 and 20 ticks); waiters queue by sequence (FIFO). Elections are the same queue in
+// Curator's LeaderLatch layout (election.go); sets of keys are taken key by key
+// (zxid tokens fence each key).
 func declare(u *url.URL) (spec.Capabilities, error) {
 	z, err := parseURL(u)
 	if err != nil {
@@ -98,9 +100,12 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true,
 		// Curator's layouts: the semaphore's queue is D/locks (a waiter that finds it
 		// empty may take a permit freed for an earlier one: no order promised); the
-		// read-write lock's nodes are served by sequence, writers first.
+		// read-write lock's nodes are served by sequence, writers first; the
+		// election's are LeaderLatch's latch- nodes.
 		Semaphore: &spec.Primitive{Native: true, Fencing: true},
-		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true}}, nil
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true},
+		Election:  &spec.Primitive{Native: true, Fencing: true, FIFO: true},
+		MultiKey:  &spec.Primitive{Fencing: true}}, nil
 }
 
 // session is a connection opened from a URL, with what it learnt on the way.

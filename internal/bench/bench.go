@@ -47,10 +47,12 @@ const (
 	MManyKeys    Measurement = "manykeys"
 	MCrash       Measurement = "crash"
 	MAllocs      Measurement = "allocs"
+	MElection    Measurement = "election" // an election's failover after its leader crashed (election_multi.go)
+	MMultiKey    Measurement = "multikey" // 4 keys at once against 4 single leases (election_multi.go)
 )
 
 // Measurements lists every Measurement.
-var Measurements = []Measurement{MUncontended, MContended, MManyKeys, MCrash, MAllocs}
+var Measurements = []Measurement{MUncontended, MContended, MManyKeys, MCrash, MAllocs, MElection, MMultiKey}
 
 // Config says what Run measures and for how long. Zero fields take the defaults
 // (DefaultConfig).
@@ -201,6 +203,8 @@ type Row struct {
 	ManyKeys    *measure.Throughput `json:",omitempty"`
 	Crash       *Crash              `json:",omitempty"`
 	Allocs      *Allocs             `json:",omitempty"`
+	Election    *Crash              `json:",omitempty"` // the crash measurement on an election's candidates
+	MultiKey    *MultiKey           `json:",omitempty"`
 	Primitives  *Primitives         `json:",omitempty"` // semaphores and read-write locks (primitives.go)
 
 	// Skipped says why nothing was measured (a server that could not be started).
@@ -426,7 +430,27 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 			}
 			return fmt.Sprintf("%.1f allocs, %.0f B per cycle", a.PerCycle, a.BytesPerCycle), err
 		})
+		if t.CrashNote != nil && t.Kind == Backend && !cfg.skips(MElection) && ctx.Err() == nil {
+			if ok, err := hasElection(ctx, e.ep, t, cfg.TTL); err != nil {
+				fail(r, MElection, err)
+			} else if ok {
+				step(MElection, func(ctx context.Context) (string, error) {
+					c, err := electionFailover(ctx, e, t, cfg.CrashTimeout, cfg.CrashTrials)
+					if err == nil {
+						r.Election = &c
+					}
+					return fmt.Sprintf("leader replaced p50 %v max %v (%s)", c.P50, c.Max, c.Timeout), err
+				})
+			}
+		}
 		if t.Kind == Backend {
+			step(MMultiKey, func(ctx context.Context) (string, error) {
+				m, err := multiKey(ctx, e.ep, t, cfg.TTL, cfg.Warmup, cfg.Rounds/4)
+				if err == nil {
+					r.MultiKey = &m
+				}
+				return fmt.Sprintf("%d keys at once p50 %v, %d single leases p50 %v (%.2f×)", setSize, m.Set.P50, setSize, m.Singles.P50, m.Ratio), err
+			})
 			step(MPrimitives, func(ctx context.Context) (string, error) {
 				p, err := primitives(ctx, e.ep, t, cfg.TTL, cfg.Warmup, cfg.Rounds/4, cfg.Duration)
 				r.Primitives = p

@@ -78,6 +78,12 @@ func TestRunSmoke(t *testing.T) {
 		if r.Kind != Raw && r.Store != Memory && (r.Crash == nil || len(r.Crash.Trials) != tiny.CrashTrials) {
 			t.Errorf("%s: missing crash numbers: %+v", r.Name, r.Crash)
 		}
+		if r.Kind == Backend && (r.MultiKey == nil || r.MultiKey.Set.N == 0 || r.MultiKey.Ratio <= 0) {
+			t.Errorf("%s: missing multi-key numbers: %+v", r.Name, r.MultiKey)
+		}
+		if elects := map[string]bool{"redis": true, "mysql": true, "zk": true, "etcd": true}; elects[r.Name] && (r.Election == nil || len(r.Election.Trials) != tiny.CrashTrials) {
+			t.Errorf("%s: missing election failover numbers: %+v", r.Name, r.Election)
+		}
 		if r.Baseline != "" && r.RawRatio <= 0 {
 			t.Errorf("%s: no ratio to %s", r.Name, r.Baseline)
 		}

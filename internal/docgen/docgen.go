@@ -69,8 +69,8 @@ func Render(name string, r *report.Report) (string, error) {
 		return m + "\n" + report.Legend + "\n", nil
 	case "speed":
 		var words []string
-		if arg != "" {
-			words = strings.Split(arg, ",")
+		if arg != "" { // a region's name has no space: "at-once" matches "at once"
+			words = strings.Split(strings.ReplaceAll(arg, "-", " "), ",")
 		}
 		if t := r.SpeedColumnsMarkdown(words); t != "" {
 			return t, nil

@@ -34,17 +34,19 @@ const ChannelPrefix = "dlock:release:"
 
 // LockUserACL is what a Redis ACL user needs to take locks with redislock.New or
 // redlock.New, as arguments of ACL SETUSER after the user's name and password: the
-// connection commands, the scripts of the mutex, the semaphores and the read-write
-// locks and every command they run, the release channels, WAIT (wait_replicas) and
-// the Cluster's slot map. Keys: the lock names
-// themselves, the fencing counters and the keys of semaphores and read-write locks
-// (PrimitiveKeys); narrow "~*" to the patterns of your lock names plus "~dlock:*"
-// if you like. The TLS conformance tests run with exactly
+// connection commands, the scripts of the mutex, the semaphores, the read-write
+// locks, the elections and the sets of keys and every command they run, what
+// election observers read (MGET, XREVRANGE, XREAD), the release channels, WAIT
+// (wait_replicas) and the Cluster's slot map. Keys: the lock names themselves, the
+// fencing counters, the keys of semaphores and read-write locks (PrimitiveKeys) and
+// of elections (ElectionKey, ElectionTermKey, ElectionLogKey); narrow "~*" to the
+// patterns of your lock names plus "~dlock:*" if you like. The TLS conformance tests run with exactly
 // these rules; docs/connecting.md lists them.
 var LockUserACL = []string{"on", "~*", "&" + ChannelPrefix + "*", "-@all", "+@connection", "+ping",
 	"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+exists", "+type", "+del", "+publish", "+pexpire",
 	"+time", "+zadd", "+zcard", "+zrange", "+zrem", "+zremrangebyscore", "+zscore", "+hset", "+hget", "+hmget", "+hdel",
-	"+subscribe", "+unsubscribe", "+wait", "+cluster|slots", "+cluster|shards"}
+	"+subscribe", "+unsubscribe", "+wait", "+cluster|slots", "+cluster|shards",
+	"+mget", "+xadd", "+xrevrange", "+xread"}
 
 // LockKey returns the Redis key of the lock named key: key itself.
 func LockKey(key string) string { return key }
