@@ -33,6 +33,8 @@ const (
 	twoHolders          flaw = "two-holders"           // up to two owners at once
 	constantToken       flaw = "constant-token"        // every grant gets token 1
 	barging             flaw = "barging"               // waiters poll a queued store, whoever asks first wins
+	splitVotes          flaw = "split-votes"           // TryLocks of a free key that overlap in time all fail
+	cancelLeavesGrant   flaw = "cancel-leaves-grant"   // a cancelled wait stays pending and takes the lock when it frees
 )
 
 // flaws maps each flaw to the property it breaks.
@@ -42,6 +44,8 @@ var flaws = map[flaw]spec.Property{
 	twoHolders:          spec.MutualExclusion,
 	constantToken:       spec.FencingMonotonic,
 	barging:             spec.FIFO,
+	splitVotes:          spec.SimultaneousTry,
+	cancelLeavesGrant:   spec.Cancellation,
 }
 
 // bargingLocker waits by polling TryAcquire on a memlock Store instead of queueing in
@@ -100,6 +104,11 @@ type flawedStore struct {
 	mu    sync.Mutex
 	locks map[string][]*flawedLock
 	token uint64
+	// splitVotes: the TryLocks of each key in flight, and whether they overlapped.
+	trying map[string]int
+	split  map[string]bool
+	// cancelLeavesGrant: per key, until when a cancelled wait is still pending.
+	pending map[string]time.Time
 }
 
 type flawedLock struct {
@@ -115,6 +124,9 @@ func (d flawedDriver) Close() error { return nil }
 
 func (d flawedDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	s := d.s
+	if s.flaw == splitVotes && s.overlapped(key) {
+		return nil, driver.Busy(0)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
@@ -139,6 +151,53 @@ func (d flawedDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	}
 	s.locks[key] = append(live, l)
 	return l, nil
+}
+
+// overlapped registers a TryLock of key, lets 2ms pass (a vote's round trip) and
+// reports whether another TryLock of key was in flight meanwhile: then every one of
+// them fails, as contenders whose votes split do.
+func (s *flawedStore) overlapped(key string) bool {
+	s.mu.Lock()
+	s.trying[key]++
+	if s.trying[key] > 1 {
+		s.split[key] = true
+	}
+	s.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	split := s.split[key]
+	if s.trying[key]--; s.trying[key] == 0 {
+		delete(s.trying, key)
+		delete(s.split, key)
+	}
+	return split
+}
+
+// waitingDriver waits for a lock itself (driver.Waiter) by polling TryLock. With the
+// cancelLeavesGrant flaw a cancelled wait stays pending for 50ms, as a request the
+// server still serves after its client gave up: a release meanwhile hands the lock to
+// it, and it holds the lock for 20ms.
+type waitingDriver struct{ flawedDriver }
+
+func (d waitingDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	for {
+		lk, err := d.TryLock(ctx, key, ttl)
+		var busy *driver.BusyError
+		if !errors.As(err, &busy) {
+			return lk, err
+		}
+		select {
+		case <-ctx.Done():
+			if d.s.flaw == cancelLeavesGrant {
+				d.s.mu.Lock()
+				d.s.pending[key] = time.Now().Add(50 * time.Millisecond)
+				d.s.mu.Unlock()
+			}
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 func (l *flawedLock) Token() uint64 { return l.token }
@@ -179,16 +238,28 @@ func (l *flawedLock) Unlock(ctx context.Context) error {
 		return dlock.ErrNotHeld
 	}
 	l.s.locks[l.key] = append(l.s.locks[l.key][:i], l.s.locks[l.key][i+1:]...)
+	if until, ok := l.s.pending[l.key]; ok {
+		delete(l.s.pending, l.key)
+		if now := time.Now(); now.Before(until) {
+			l.s.token++
+			l.s.locks[l.key] = append(l.s.locks[l.key], &flawedLock{s: l.s, key: l.key, token: l.s.token, expires: now.Add(20 * time.Millisecond)})
+		}
+	}
 	return nil
 }
 
 type flawedHarness struct {
 	s    *flawedStore
 	caps spec.Capabilities
+	wait bool // the driver waits itself (driver.Waiter)
 }
 
 func (h flawedHarness) NewLocker(t testing.TB) dlock.Locker {
-	return dlock.New(flawedDriver{h.s}, driver.Info{Name: "flawed-" + string(h.s.flaw)})
+	info := driver.Info{Name: "flawed-" + string(h.s.flaw)}
+	if h.wait {
+		return dlock.New(waitingDriver{flawedDriver{h.s}}, info)
+	}
+	return dlock.New(flawedDriver{h.s}, info)
 }
 
 func (h flawedHarness) Capabilities() spec.Capabilities { return h.caps }
@@ -211,7 +282,9 @@ func TestFlawedSuite(t *testing.T) {
 		conformance.Run(t, queueHarness{memlock.NewStore(), flaw(f) == barging, new(atomic.Int64), caps})
 		return
 	}
-	conformance.Run(t, flawedHarness{&flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}}, caps})
+	s := &flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}, trying: map[string]int{}, split: map[string]bool{},
+		pending: map[string]time.Time{}}
+	conformance.Run(t, flawedHarness{s, caps, os.Getenv("DLOCK_WAITER") == "1"})
 }
 
 func TestSuiteCatchesFlaws(t *testing.T) {
@@ -224,8 +297,11 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 			run := func(fl flaw, declare bool) (string, error) {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedSuite$/^"+string(prop)+"$", "-test.v", "-test.count=1")
 				cmd.Env = append(os.Environ(), "DLOCK_FLAW="+string(fl))
-				if prop == spec.FIFO {
+				switch prop {
+				case spec.FIFO:
 					cmd.Env = append(cmd.Env, "DLOCK_QUEUE=1")
+				case spec.Cancellation:
+					cmd.Env = append(cmd.Env, "DLOCK_WAITER=1")
 				}
 				if declare {
 					cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))

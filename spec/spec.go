@@ -28,6 +28,7 @@ const (
 	Expiry           Property = "Expiry"           // an unrefreshed lease ends (Done) before anyone else is granted
 	Refresh          Property = "Refresh"          // Refresh and WithAutoRenew keep a lease past its first TTL
 	TryAcquire       Property = "TryAcquire"       // one attempt, ErrNotAcquired without waiting
+	SimultaneousTry  Property = "SimultaneousTry"  // clients that TryAcquire a free key at one moment: exactly one wins; none while it is held
 	Cancellation     Property = "Cancellation"     // ctx ends a wait promptly and leaves no lock behind
 	FencingMonotonic Property = "FencingMonotonic" // tokens strictly increase per key (or are all 0 without fencing)
 	KeyIsolation     Property = "KeyIsolation"     // similar keys are different locks
@@ -41,7 +42,7 @@ const (
 
 // Properties lists every property in the order conformance.Run checks them.
 var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, Expiry, Refresh,
-	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
+	TryAcquire, SimultaneousTry, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
 	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
 
 // PrimitiveProperties lists the properties of the primitives beyond the mutex
