@@ -56,6 +56,7 @@ func RunFaults(t *testing.T, h Harness) {
 	_, nodeFaults := h.(NodeFaulter)
 	for _, x := range append([]run{
 		{spec.HolderCrash, url, f.holderCrash},
+		{spec.WaiterCrash, url, f.waiterCrash},
 		{spec.HolderPause, url, func(t *testing.T, c *results.Cell) { f.holderPause(t, c, false) }},
 		{spec.HolderPauseFenced, url, func(t *testing.T, c *results.Cell) { f.holderPause(t, c, true) }},
 		{spec.ServerRestart, restart, f.serverRestart},

@@ -58,6 +58,7 @@ type Scenario string
 // (named in brackets; see package conformance).
 const (
 	HolderCrash       Scenario = "HolderCrash"       // [URLer] the holder process gets SIGKILL
+	WaiterCrash       Scenario = "WaiterCrash"       // [URLer] a waiting process gets SIGKILL: the waiters behind it are still served
 	HolderPause       Scenario = "HolderPause"       // [URLer] the holder is SIGSTOPped past its TTL, then writes (unfenced resource)
 	HolderPauseFenced Scenario = "HolderPauseFenced" // the same, against a resource that checks fencing tokens
 	ServerRestart     Scenario = "ServerRestart"     // [ServerRestarter] every server restarts while a lock is held
@@ -78,7 +79,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order conformance.RunFaults runs them.
-var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
+var Scenarios = []Scenario{HolderCrash, WaiterCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
 	Partition, StoreHang, QuorumLoss, LeaderKill, LeaderKillLease, ClockJump, ClockJumpBareMajority}
 
 // Status is the outcome of one property under one scenario on one backend, or what

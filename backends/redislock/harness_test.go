@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/redisops"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -116,6 +117,7 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // connections and pub/sub), as separate processes would have.
 type harness struct {
 	name      string
+	fifo      bool // WithFIFO(true); the harness counts the store's queue
 	newClient func(t testing.TB) redis.UniversalClient
 	opts      []redislock.Option
 	admin     redis.UniversalClient // deletes keys behind the holders' backs
@@ -126,7 +128,22 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 func (h *harness) Capabilities() spec.Capabilities {
+	if h.fifo {
+		return conformance.MustDeclare("redis://127.0.0.1:6379?fifo=true")
+	}
 	return conformance.MustDeclare("redis://127.0.0.1:6379")
+}
+
+// Waiting counts the waiters in key's queue (the fair mode's).
+func (h *harness) Waiting(t testing.TB, key string) int { return waiting(t, h.admin, key) }
+
+// waiting counts the waiters in key's queue.
+func waiting(t testing.TB, c redis.UniversalClient, key string) int {
+	n, err := c.ZCard(ctxFor(t, 10*time.Second), redisops.QueueKey(key)).Result()
+	if err != nil {
+		t.Fatalf("ZCARD of %q's queue: %v", key, err)
+	}
+	return int(n)
 }
 
 func (h *harness) Name() string { return h.name }
@@ -151,6 +168,21 @@ func singleHarness(t testing.TB, addr string, opts ...redislock.Option) *harness
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, singleHarness(t, sharedRedis(t).Addr()))
+}
+
+// TestConformanceFIFO runs the suite on the fair mode (WithFIFO), on one server and
+// on a Redis Cluster (the queue sits in the lock key's hash slot).
+func TestConformanceFIFO(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		h := singleHarness(t, sharedRedis(t).Addr(), redislock.WithFIFO(true))
+		h.name, h.fifo = "redis (fifo)", true
+		conformance.Run(t, h)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		h := clusterHarness(t, redislock.WithFIFO(true))
+		h.name, h.fifo = "redis (cluster, fifo)", true
+		conformance.Run(t, h)
+	})
 }
 
 func clusterHarness(t testing.TB, opts ...redislock.Option) *harness {

@@ -107,6 +107,7 @@ type redisLock struct {
 	d          *redisDriver
 	key, value string
 	token      uint64
+	fair       bool // granted from the queue (WithFIFO): a release names the next waiter
 }
 
 func (l *redisLock) Token() uint64 { return l.token }
@@ -128,7 +129,13 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *redisLock) Unlock(ctx context.Context) error {
-	ok, err := redisops.Release(ctx, l.d.c, l.key, l.value)
+	release := redisops.Release
+	if l.fair {
+		release = func(ctx context.Context, c redis.Scripter, key, value string) (bool, error) {
+			return redisops.FairRelease(ctx, c, key, value, false)
+		}
+	}
+	ok, err := release(ctx, l.d.c, l.key, l.value)
 	if err != nil {
 		return err
 	}

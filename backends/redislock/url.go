@@ -18,7 +18,8 @@ import (
 // Scheme is the URL scheme of New: redis://[user:password@]host:port[/db], or a comma
 // list of hosts (redis://h1:6379,h2:6379) for a Redis Cluster client. Query
 // parameters: wait_replicas=N and wait_timeout=D (a Go duration of at least 1ms,
-// default 100ms) turn on WithReplicaAck.
+// default 100ms) turn on WithReplicaAck; fifo=true (or false) turns the fair mode
+// on (off): WithFIFO.
 const Scheme = "redis"
 
 // SchemeSETNX is the URL scheme of NewSETNX: redis+setnx://host:port[/db]?variant=V
@@ -36,13 +37,14 @@ type redisURL struct {
 	db         int
 	user, pass string
 	ack        int           // wait_replicas
+	fifo       bool          // fifo (WithFIFO)
 	ackTimeout time.Duration // wait_timeout
 	variant    Variant       // redis+setnx only
 }
 
 func parseURL(u *url.URL) (redisURL, error) {
 	var r redisURL
-	known := []string{"wait_replicas", "wait_timeout"}
+	known := []string{"wait_replicas", "wait_timeout", "fifo"}
 	if u.Scheme == SchemeSETNX {
 		known = []string{"variant"}
 	}
@@ -76,6 +78,11 @@ func parseURL(u *url.URL) (redisURL, error) {
 			return r, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
 		}
 		return r, nil
+	}
+	if s, ok := q["fifo"]; ok {
+		if r.fifo, err = strconv.ParseBool(s); err != nil {
+			return r, fmt.Errorf("%w: fifo=%q: want true or false", dlock.ErrInvalidURL, s)
+		}
 	}
 	if s, ok := q["wait_replicas"]; ok {
 		if r.ack, err = strconv.Atoi(s); err != nil || r.ack < 0 {
@@ -113,14 +120,15 @@ func opener(newLocker func(c redis.UniversalClient, r redisURL) dlock.Locker) dl
 
 var (
 	open = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
-		return New(c, WithReplicaAck(r.ack, r.ackTimeout), func(c *config) { c.ownsClient = true })
+		return New(c, WithReplicaAck(r.ack, r.ackTimeout), WithFIFO(r.fifo), func(c *config) { c.ownsClient = true })
 	})
 	openSETNX = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
 		return newSETNX(c, r.variant, true, time.Now)
 	})
 )
 
-// declare: fencing, per-lease TTLs, refresh. An empty server comes back from a
+// declare: fencing, per-lease TTLs, refresh, and with fifo=true a queue served in
+// arrival order (FIFO). An empty server comes back from a
 // restart without persistence (every lock gone), Redis expires keys by its wall
 // clock (a clock jump frees them), and, without wait_replicas, a promoted replica may
 // never have seen a lock.
@@ -129,7 +137,7 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: r.fifo,
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated}}
 	if r.ack < 1 {
 		// A promoted replica that never saw the lock grants it again (Failover), and

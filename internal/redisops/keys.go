@@ -11,6 +11,8 @@ import (
 //	lock:    key                                  (the name itself, a plain string value)
 //	fence:   "dlock:fence\xff{" + tag + "}" + key  (an integer, never expires)
 //	channel: "dlock:release:" + key               (pub/sub channel, not a key)
+//	queue:   "dlock:queue\xff{" + tag + "}" + key  (FIFO mode: a sorted set, waiter → arrival)
+//	qdead:   "dlock:qdead\xff{" + tag + "}" + key  (FIFO mode: a sorted set, waiter → deadline)
 //
 // The lock key is the name unchanged so that any library that locks with
 // SET key value NX PX on the same name excludes us and we exclude it.
@@ -22,7 +24,8 @@ import (
 // e.g. "a}b" or "{}x"), it cannot be put between braces; tag is then the shortest
 // decimal number that hashes to the key's slot (SlotTag).
 //
-// The byte 0xff never occurs in valid UTF-8, so no lock key is ever a fence key.
+// The byte 0xff never occurs in valid UTF-8, so no lock key is ever a fence, queue
+// or deadline key.
 // The first '}' after the prefix closes the tag (a tag holds no '}'), so the key is
 // recovered from the rest and two keys never share a fence counter.
 
@@ -37,12 +40,29 @@ func LockKey(key string) string { return key }
 
 // FenceKey returns the Redis key of key's fencing counter, in the same Redis
 // Cluster hash slot as LockKey(key) for every key.
-func FenceKey(key string) string {
+func FenceKey(key string) string { return slotmate(FencePrefix, key) }
+
+// QueuePrefix starts the key of each lock's queue of waiters (FIFO mode), and
+// DeadlinePrefix the key of their deadlines.
+const (
+	QueuePrefix    = "dlock:queue\xff"
+	DeadlinePrefix = "dlock:qdead\xff"
+)
+
+// QueueKey returns the Redis key of key's queue of waiters (a sorted set: waiter →
+// arrival), and DeadlineKey that of their deadlines (waiter → server time in ms),
+// both in LockKey(key)'s hash slot.
+func QueueKey(key string) string    { return slotmate(QueuePrefix, key) }
+func DeadlineKey(key string) string { return slotmate(DeadlinePrefix, key) }
+
+// slotmate returns prefix + "{" + tag + "}" + key, with tag as described above, so
+// that the result is in key's hash slot.
+func slotmate(prefix, key string) string {
 	tag := HashedPart(key)
 	if strings.IndexByte(tag, '}') >= 0 {
 		tag = SlotTag(Slot(key))
 	}
-	return FencePrefix + "{" + tag + "}" + key
+	return prefix + "{" + tag + "}" + key
 }
 
 // Channel returns the pub/sub channel on which the release script announces that
