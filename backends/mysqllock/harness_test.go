@@ -60,26 +60,55 @@ func openDB(t testing.TB, dsn string, edit func(*mysql.Config)) *sql.DB {
 type tableHarness struct {
 	dsn   string
 	admin *sql.DB
+	fifo  bool // the fair mode (WithFIFO)
 }
 
-func newTableHarness(t *testing.T) *tableHarness {
+func newTableHarness(t *testing.T, fifo bool) *tableHarness {
 	dsn := servertest.MySQLDSN(t)
 	admin := openDB(t, dsn, nil)
-	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin); err != nil {
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin, mysqllock.WithFIFO(fifo)); err != nil {
 		t.Fatal(err)
 	}
-	return &tableHarness{dsn: dsn, admin: admin}
+	return &tableHarness{dsn: dsn, admin: admin, fifo: fifo}
 }
 
 func (h *tableHarness) NewLocker(t testing.TB) dlock.Locker {
-	return mysqllock.New(openDB(t, h.dsn, nil))
+	return mysqllock.New(openDB(t, h.dsn, nil), mysqllock.WithFIFO(h.fifo))
 }
 
 func (h *tableHarness) Capabilities() spec.Capabilities {
-	return conformance.MustDeclare(dsnURL(h.dsn, mysqllock.Scheme, ""))
+	return conformance.MustDeclare(dsnURL(h.dsn, mysqllock.Scheme, fifoQuery(h.fifo)))
 }
 
-func (h *tableHarness) Name() string { return "mysql" }
+func (h *tableHarness) Name() string {
+	if h.fifo {
+		return "mysql (fifo)"
+	}
+	return "mysql"
+}
+
+// fifoQuery is the URL query of the fair mode, or "".
+func fifoQuery(fifo bool) string {
+	if fifo {
+		return "fifo=true"
+	}
+	return ""
+}
+
+// Waiting counts the live waiters in key's queue (the fair mode's).
+func (h *tableHarness) Waiting(t testing.TB, key string) int { return queued(t, h.admin, key) }
+
+// queued counts the waiters of key in the default table's queue whose deadline has
+// not passed.
+func queued(t testing.TB, db *sql.DB, key string) int {
+	var n int
+	err := db.QueryRowContext(ctxFor(t, 10*time.Second),
+		"SELECT COUNT(*) FROM "+mysqllock.DefaultTable+mysqllock.QueueSuffix+" WHERE lock_key = ? AND deadline > UTC_TIMESTAMP(6)", key).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
 
 // dsnURL turns a go-sql-driver DSN into a URL of scheme with query q (no password:
 // the test servers have none).
@@ -160,9 +189,12 @@ func (h *getLockHarness) Name() string { return "mysql+getlock" }
 var _ conformance.QueueInspector = (*getLockHarness)(nil) // mysql+getlock declares FIFO
 
 // Waiting counts the connections waiting in GET_LOCK for key's name.
-func (h *getLockHarness) Waiting(t testing.TB, key string) int {
+func (h *getLockHarness) Waiting(t testing.TB, key string) int { return inGetLock(t, h.admin, key) }
+
+// inGetLock counts the connections waiting in GET_LOCK for key's name.
+func inGetLock(t testing.TB, admin *sql.DB, key string) int {
 	var n int
-	err := h.admin.QueryRowContext(ctxFor(t, 10*time.Second),
+	err := admin.QueryRowContext(ctxFor(t, 10*time.Second),
 		"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
 		"%GET_LOCK('"+mysqllock.GetLockName(key)+"'%").Scan(&n)
 	if err != nil {
@@ -219,7 +251,12 @@ func killHolder(t testing.TB, admin *sql.DB, key string) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, newTableHarness(t))
+	conformance.Run(t, newTableHarness(t, false))
+}
+
+// TestConformanceFIFO runs the suite on the table's fair mode (WithFIFO).
+func TestConformanceFIFO(t *testing.T) {
+	conformance.Run(t, newTableHarness(t, true))
 }
 
 func TestConformanceGetLock(t *testing.T) {

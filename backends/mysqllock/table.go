@@ -2,7 +2,6 @@ package mysqllock
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -95,7 +94,10 @@ type tableDriver struct {
 // maxHints bounds tableDriver.free; past it the hints start over.
 const maxHints = 4096
 
-type statements struct{ acquire, take, release, tidy, refresh *sql.Stmt }
+type statements struct {
+	acquire, take, release, tidy, refresh *sql.Stmt
+	fair                                  *fairStatements // WithFIFO only
+}
 
 // stmts prepares the statements on first use (the table may not exist before);
 // a failure is returned and tried again next time.
@@ -109,7 +111,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 		return d.prepared, nil
 	}
 	if d.cfg.migrate {
-		if err := Migrate(ctx, d.db, WithTable(d.cfg.table)); err != nil {
+		if err := Migrate(ctx, d.db, WithTable(d.cfg.table), WithFIFO(d.cfg.fifo)); err != nil {
 			return nil, err
 		}
 	}
@@ -126,6 +128,9 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 	prep(&s.release, fmt.Sprintf(releaseSQL, t))
 	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
 	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
+	if err == nil && d.cfg.fifo {
+		s.fair, err = prepareFair(ctx, d.db, t, quoteIdent(d.cfg.table+QueueSuffix))
+	}
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
@@ -140,6 +145,9 @@ func (s *statements) close() {
 			st.Close()
 		}
 	}
+	if s.fair != nil {
+		s.fair.close()
+	}
 }
 
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
@@ -149,14 +157,11 @@ func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 const erLockDeadlock = 1213
 
 func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	s, err := d.stmts(ctx)
+	lk, err := d.newLock(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	lk := &tableLock{d: d, s: s, key: []byte(key)}
-	if _, err := rand.Read(lk.owner[:]); err != nil {
-		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
-	}
+	s := lk.s
 	us := micros(ttl)
 	if d.hinted(key) {
 		res, err := s.take.ExecContext(ctx, lk.owner[:], us, lk.key)
@@ -249,7 +254,13 @@ type tableLock struct {
 	key   []byte
 	owner [16]byte
 	token uint64
+	// validFrom is when the statement that granted the lock was sent (fair mode: a
+	// waiter's grant comes long after its Acquire began).
+	validFrom time.Time
 }
+
+// ValidFrom is when the statement that granted the lock was sent (driver.ValidFrom).
+func (l *tableLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *tableLock) Token() uint64 { return l.token }
 

@@ -18,8 +18,9 @@ import (
 
 // URL schemes this package registers with dlock.Open.
 const (
-	// Scheme opens New: mysql://user:pass@host:port/db?table=name. The database is
-	// required; the table (default DefaultTable) is created if absent.
+	// Scheme opens New: mysql://user:pass@host:port/db?table=name&fifo=true. The
+	// database is required; the table (default DefaultTable) is created if absent,
+	// and with fifo=true (WithFIFO) its queue table too.
 	Scheme = "mysql"
 	// GetLockScheme opens NewGetLock:
 	// mysql+getlock://user:pass@host:port/db?wait_timeout=30&check_interval=1s&max_conns=100.
@@ -36,7 +37,7 @@ func init() {
 
 // parseTable returns the driver configuration and the options of a mysql:// URL.
 func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
-	q, err := dlock.ParseQuery(u, "table")
+	q, err := dlock.ParseQuery(u, "table", "fifo")
 	if err != nil {
 		return nil, nil, config{}, err
 	}
@@ -51,6 +52,13 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 	if t, ok := q["table"]; ok {
 		opts = append(opts, WithTable(t))
 	}
+	if v, ok := q["fifo"]; ok {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, nil, config{}, fmt.Errorf("%w: fifo=%q: want true or false", dlock.ErrInvalidURL, v)
+		}
+		opts = append(opts, WithFIFO(on))
+	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, nil, config{}, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
@@ -59,12 +67,14 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 }
 
 // declareTable: fencing (a per-name counter in the table), per-lease TTLs kept by the
-// database clock, refresh. InnoDB keeps the rows across a restart.
+// database clock, refresh, and with fifo=true a queue served in arrival order (FIFO).
+// InnoDB keeps the rows across a restart.
 func declareTable(u *url.URL) (spec.Capabilities, error) {
-	if _, _, _, err := parseTable(u); err != nil {
+	_, _, c, err := parseTable(u)
+	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL}, nil
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: c.fifo}, nil
 }
 
 func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {

@@ -79,6 +79,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 // and gives back what it may have been granted.
 func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Duration, wait bool) (driver.Lock, redisops.FairResult, error) {
 	var res redisops.FairResult
+	sent := time.Now()
 	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
 		var err error
 		res, err = redisops.FairAcquire(ctx, s, key, value, ttl, wait, ttl)
@@ -93,7 +94,7 @@ func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Dur
 	if !res.Acquired {
 		return nil, res, nil
 	}
-	return &redisLock{d: d.redisDriver, key: key, value: value, token: res.Token, fair: true}, res, nil
+	return &redisLock{d: d.redisDriver, key: key, value: value, token: res.Token, fair: true, validFrom: sent}, res, nil
 }
 
 // leave takes value out of key's queue and gives back the lock if it holds it, best

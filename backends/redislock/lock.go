@@ -108,7 +108,13 @@ type redisLock struct {
 	key, value string
 	token      uint64
 	fair       bool // granted from the queue (WithFIFO): a release names the next waiter
+	// validFrom is when the request that granted the lock was sent (fair mode: a
+	// waiter's grant comes long after its Acquire began).
+	validFrom time.Time
 }
+
+// ValidFrom is when the request that granted the lock was sent (driver.ValidFrom).
+func (l *redisLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *redisLock) Token() uint64 { return l.token }
 
