@@ -122,7 +122,7 @@ func (d fairTableDriver) TryLock(ctx context.Context, key string, ttl time.Durat
 	}
 	s := lk.s
 	us := micros(ttl)
-	res, err := s.fair.try.ExecContext(ctx, lk.key, lk.owner[:], us, lk.key, lk.key, lk.owner[:], lk.owner[:], us)
+	res, err := exec(ctx, s.fair.try, lk.key, lk.owner[:], us, lk.key, lk.key, lk.owner[:], lk.owner[:], us)
 	if busy, _, ok := fairBusy(res, err); ok {
 		return nil, driver.Busy(busy)
 	}
@@ -160,7 +160,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 	}
 	s := me.s
 	us := micros(ttl)
-	res, err := deadlocked(ctx, func() (sql.Result, error) { return s.fair.enqueue.ExecContext(ctx, me.key, me.owner[:], us) })
+	res, err := exec(ctx, s.fair.enqueue, me.key, me.owner[:], us)
 	var seq int64
 	if err == nil {
 		seq, err = res.LastInsertId()
@@ -174,7 +174,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 	headPause := time.Millisecond
 	for {
 		me.validFrom = time.Now()
-		res, err := s.fair.claim.ExecContext(ctx, me.key, me.owner[:], us, me.key, me.owner[:], me.key, seq,
+		res, err := exec(ctx, s.fair.claim, me.key, me.owner[:], us, me.key, me.owner[:], me.key, seq,
 			me.key, me.owner[:], me.owner[:], me.owner[:], us)
 		remaining, ahead, busy := fairBusy(res, err)
 		if isDeadlock(err) {
@@ -195,10 +195,10 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 		}
 		if time.Now().After(renewAt) {
 			renewAt = time.Now().Add(renewEvery)
-			ok, err := affected(deadlocked(ctx, func() (sql.Result, error) { return s.fair.renew.ExecContext(ctx, us, me.owner[:]) }))
+			ok, err := affected(exec(ctx, s.fair.renew, us, me.owner[:]))
 			if err == nil && !ok { // dropped (it did not renew in time): queue again
 				var res sql.Result
-				res, err = deadlocked(ctx, func() (sql.Result, error) { return s.fair.enqueue.ExecContext(ctx, me.key, me.owner[:], us) })
+				res, err = exec(ctx, s.fair.enqueue, me.key, me.owner[:], us)
 				if err == nil {
 					seq, err = res.LastInsertId()
 				}
@@ -251,20 +251,7 @@ func (d *tableDriver) newLock(ctx context.Context, key string) (*tableLock, erro
 func (d fairTableDriver) dequeue(l *tableLock) {
 	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 	defer cancel()
-	_, _ = deadlocked(ctx, func() (sql.Result, error) { return l.s.fair.dequeue.ExecContext(ctx, l.owner[:], l.key) })
-}
-
-// deadlocked runs f again (up to 20 times, a moment apart) while InnoDB rolls it back
-// as a deadlock victim: the queue's statements and the claims that read the queue
-// lock the same index ranges. A statement rolled back changed nothing.
-func deadlocked(ctx context.Context, f func() (sql.Result, error)) (sql.Result, error) {
-	for i := 1; ; i++ {
-		res, err := f()
-		if !isDeadlock(err) || i == 20 || ctx.Err() != nil {
-			return res, err
-		}
-		time.Sleep(time.Duration(i) * 100 * time.Microsecond)
-	}
+	_, _ = exec(ctx, l.s.fair.dequeue, l.owner[:], l.key)
 }
 
 func isDeadlock(err error) bool {
@@ -278,7 +265,7 @@ func (d fairTableDriver) leave(l *tableLock) {
 	d.dequeue(l)
 	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 	defer cancel()
-	_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+	_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
 }
 
 func isBusy(err error) bool {

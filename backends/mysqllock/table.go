@@ -150,6 +150,20 @@ func (s *statements) close() {
 	}
 }
 
+// exec runs st, and again (up to 20 times, a moment apart) while InnoDB rolls it back
+// as a deadlock victim: concurrent INSERT ... ON DUPLICATE KEY UPDATE statements on
+// one row (and the fair mode's queue statements) can deadlock, and a statement rolled
+// back changed nothing. A deadlock is not an answer: a free lock must not look held.
+func exec(ctx context.Context, st *sql.Stmt, args ...any) (sql.Result, error) {
+	for i := 1; ; i++ {
+		res, err := st.ExecContext(ctx, args...)
+		if !isDeadlock(err) || i == 20 || ctx.Err() != nil {
+			return res, err
+		}
+		time.Sleep(time.Duration(i) * 100 * time.Microsecond)
+	}
+}
+
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 
 // erLockDeadlock is MySQL's ER_LOCK_DEADLOCK: InnoDB rolled the statement back
@@ -164,13 +178,13 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	s := lk.s
 	us := micros(ttl)
 	if d.hinted(key) {
-		res, err := s.take.ExecContext(ctx, lk.owner[:], us, lk.key)
+		res, err := exec(ctx, s.take, lk.owner[:], us, lk.key)
 		if ok, err := affected(res, err); err != nil || ok {
 			return lk.granted(ctx, res, err)
 		}
 		// Held, or the row is gone: acquireSQL tells which.
 	}
-	res, err := s.acquire.ExecContext(ctx, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
+	res, err := exec(ctx, s.acquire, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
 	if err == nil {
 		var id int64
 		if id, err = res.LastInsertId(); err == nil && id&busyFlag != 0 {
@@ -274,7 +288,7 @@ func affected(res sql.Result, err error) (bool, error) {
 }
 
 func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner[:]))
+	ok, err := affected(exec(ctx, l.s.refresh, micros(ttl), l.key, l.owner[:]))
 	switch {
 	case err != nil:
 		return fmt.Errorf("mysqllock: refresh: %w", err)
@@ -285,13 +299,13 @@ func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *tableLock) Unlock(ctx context.Context) error {
-	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner[:]))
+	ok, err := affected(exec(ctx, l.s.release, l.key, l.owner[:]))
 	switch {
 	case err != nil:
 		return fmt.Errorf("mysqllock: release: %w", err)
 	case !ok:
 		// Not ours, or ours but expired: free it if it is still ours.
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
 		return dlock.ErrNotHeld
 	}
 	return nil
@@ -312,7 +326,7 @@ func (l *tableLock) tidyUp() {
 		defer d.tidying.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 		defer cancel()
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
 	}()
 }
 
