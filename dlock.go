@@ -14,6 +14,11 @@
 //
 // Backends are picked by constructor (memlock.New, redislock.New, …) or by URL with
 // Open after a blank import of the backend package.
+//
+// Beyond the mutex, NewSemaphore (at most n leases on a key at once) and NewRWMutex
+// (shared leases together, an exclusive one alone) hand out the same Lease from the
+// same Locker, on every backend that declares them (docs/semaphores.md,
+// docs/rwlocks.md).
 package dlock
 
 import (
@@ -49,9 +54,12 @@ type Locker interface {
 type Lease interface {
 	// Key is the name of the lock, as given to Acquire.
 	Key() string
-	// Token is the fencing token: for one key, every later grant has a larger token.
-	// It is 0 where the backend cannot fence. A token only protects a resource that
-	// checks it (rejects a write whose token is lower than one it has seen).
+	// Token is the fencing token: for one key, a later grant has a larger token, as
+	// long as the store kept every write it acknowledged — after an asynchronous
+	// failover (Redis with a replica) a token can be handed out again. It is 0 where
+	// the backend cannot fence. A token only protects a resource that checks it:
+	// refuses 0, refuses a token below the highest it has accepted, and refuses an
+	// equal one from another writer (docs/fencing.md).
 	Token() uint64
 	// Refresh extends the lease to ttl from now. It returns ErrNotHeld if the lease is
 	// no longer ours (then Done closes with ErrLost), ErrInvalidTTL for ttl <= 0,

@@ -77,7 +77,7 @@ func benchFlags(fs *flag.FlagSet) {
 	benchCfg = benchConfig{}
 	c, d := &benchCfg, bench.DefaultConfig
 	fs.StringVar(&c.targets, "targets", "", "comma list of target `names` (see --list), or stores as @store; default all")
-	fs.StringVar(&c.skip, "skip", "", "comma list of `measurements` to leave out: uncontended, contended, manykeys, crash, allocs")
+	fs.StringVar(&c.skip, "skip", "", "comma list of `measurements` to leave out: uncontended, contended, manykeys, crash, allocs, primitives")
 	fs.DurationVar(&c.cfg.Duration, "duration", d.Duration, "length of each contended and many-keys measurement")
 	fs.IntVar(&c.cfg.Clients, "clients", d.Clients, "clients contending for one key")
 	fs.IntVar(&c.cfg.ManyClients, "many-clients", d.ManyClients, "clients of the many-keys measurement")

@@ -326,10 +326,15 @@ func runPattern(scen []string) string {
 			faults = append(faults, string(s))
 		}
 	}
+	for _, s := range slices.Concat(spec.SemaphoreScenarios, spec.RWLockScenarios) {
+		if slices.Contains(scen, string(spec.MutexScenarioOf(s))) { // a scenario runs on the primitives too
+			faults = append(faults, string(s))
+		}
+	}
 	switch {
 	case !conf && len(faults) == 0:
 		return ""
-	case conf && len(faults) == len(spec.Scenarios):
+	case conf && len(faults) == len(spec.Scenarios)+len(spec.SemaphoreScenarios)+len(spec.RWLockScenarios):
 		return "^(TestConformance.*|TestFaults)$"
 	case len(faults) == 0:
 		return "^TestConformance.*$"
@@ -338,7 +343,7 @@ func runPattern(scen []string) string {
 	names := faults
 	if conf {
 		top = "TestConformance.*|TestFaults"
-		for _, p := range spec.Properties {
+		for _, p := range slices.Concat(spec.Properties, spec.SemaphoreProperties, spec.RWLockProperties) {
 			names = append(names, string(p))
 		}
 	}

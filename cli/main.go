@@ -146,6 +146,9 @@ func (c *command) usageError(w io.Writer, msg string) int {
 // usage prints c's full help to w.
 func (c *command) usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.Synopsis, strings.TrimSpace(c.Help))
+	if fs.Lookup("url-file") != nil {
+		fmt.Fprintf(w, "%s\n", urlSourceHelp)
+	}
 	fmt.Fprintf(w, "\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()

@@ -58,6 +58,7 @@ func speedOf(res *bench.Results) *report.Speed {
 	s := &report.Speed{Columns: []string{"kind", "uncontended p50", "p99", "× raw round trips",
 		fmt.Sprintf("hand-offs/s (%d clients)", c.Clients), "longest wait", "Jain fairness",
 		fmt.Sprintf("many keys cycles/s (%d clients)", c.ManyClients), "lock freed after a crash (p50)", "allocs/cycle"}}
+	s.Columns = append(s.Columns, primitiveColumns()...)
 	dash := func(ok bool, f func() string) string {
 		if !ok {
 			return "–"
@@ -66,7 +67,7 @@ func speedOf(res *bench.Results) *report.Speed {
 	}
 	for _, r := range res.Rows {
 		if r.Skipped != "" {
-			s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: []string{string(r.Kind), "skipped", "", "", "", "", "", "", "", ""}})
+			s.Rows = append(s.Rows, report.SpeedRow{Backend: r.Name, Values: append([]string{string(r.Kind), "skipped", "", "", "", "", "", "", "", ""}, "", "", "")})
 			continue
 		}
 		u, k, m, x, a := r.Uncontended, r.Contended, r.ManyKeys, r.Crash, r.Allocs
@@ -82,6 +83,7 @@ func speedOf(res *bench.Results) *report.Speed {
 			dash(x != nil, func() string { return fmt.Sprintf("%s (%s)", roundDur(x.P50), x.Timeout) }),
 			dash(a != nil, func() string { return fmt.Sprintf("%.0f", a.PerCycle) }),
 		}})
+		s.Rows[len(s.Rows)-1].Values = append(s.Rows[len(s.Rows)-1].Values, primitiveValues(r)...)
 		if u != nil {
 			s.Latency = append(s.Latency, report.Latency{Backend: r.Name, N: u.N, P50: u.P50, P99: u.P99, Max: u.Max, Mean: u.Mean})
 		}

@@ -25,7 +25,7 @@ func init() {
 	register(&command{
 		Name:     "run",
 		Summary:  "run a command while holding a lock (like flock(1) across machines)",
-		Synopsis: "dlock run --url URL --key KEY [--ttl D] [--wait D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
+		Synopsis: "dlock run --url URL --key KEY [--limit N | --shared | --exclusive] [--ttl D] [--wait D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
 		Help:     runHelp,
 		Footer:   runFooter,
 		Flags:    runFlags,
@@ -106,10 +106,12 @@ always explains its own failures.`
 
 // runConfig holds the parsed flags of "dlock run".
 type runConfig struct {
+	src         urlSource
 	url, key    string
 	ttl, grace  time.Duration
 	wait        waitFlag
 	metricsAddr string
+	primitive   primitiveFlags // --limit, --shared, --exclusive (run_primitives.go)
 }
 
 var runCfg runConfig
@@ -117,11 +119,12 @@ var runCfg runConfig
 func runFlags(fs *flag.FlagSet) {
 	runCfg = runConfig{wait: waitFlag{forever: true}}
 	c := &runCfg
-	fs.StringVar(&c.url, "url", "", "lock backend `URL` (required), e.g. redis://127.0.0.1:6379")
+	c.src.register(fs)
 	fs.StringVar(&c.key, "key", "", "lock name (required): 1 to 255 bytes of UTF-8")
 	fs.DurationVar(&c.ttl, "ttl", 0, "lease TTL; the lease is renewed every ttl/3 while the command runs\n(default: the backend's, 10s; ZooKeeper and GET_LOCK leases last as long as the session and ignore it)")
 	fs.Var(&c.wait, "wait", "how long to wait for the lock: a `duration` such as 30s, 0 to try once, or forever")
 	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command when renewals have failed and less than this is left before the lease's\nvalidity deadline; SIGKILL at the deadline (default: a third of the TTL; for ZooKeeper and\nGET_LOCK, a third of the session timeout, between session loss and SIGKILL)")
+	c.primitive.register(fs)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics while running, e.g. 127.0.0.1:9464\n(port 0 picks a free port and prints the address on stderr)")
 }
 
@@ -176,9 +179,11 @@ func runCommand(fs *flag.FlagSet) int {
 	cmd := commands["run"]
 	c := runCfg
 	argv := fs.Args()
+	var err error
+	if c.url, err = c.src.resolve(); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
 	switch {
-	case c.url == "":
-		return cmd.usageError(os.Stderr, "--url is required")
 	case c.key == "":
 		return cmd.usageError(os.Stderr, "--key is required")
 	case len(argv) == 0:
@@ -192,6 +197,9 @@ func runCommand(fs *flag.FlagSet) int {
 	}
 	if err := dlock.ValidateKey(c.key); err != nil {
 		return cmd.usageError(os.Stderr, "--key: "+err.Error())
+	}
+	if msg := c.primitive.check(); msg != "" {
+		return cmd.usageError(os.Stderr, msg)
 	}
 	var opts []dlock.Option
 	if c.ttl != 0 {
@@ -289,14 +297,16 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 		l = dlock.Instrument(l, obs)
 	}
 	var lease dlock.Lease
+	target, err := c.primitive.target(l, c.key)
 	switch {
+	case err != nil:
 	case c.wait.forever:
-		lease, err = l.Acquire(ctx, c.key, opts...)
+		lease, err = target.Acquire(ctx, opts...)
 	case c.wait.d == 0:
-		lease, err = l.TryAcquire(ctx, c.key, opts...)
+		lease, err = target.TryAcquire(ctx, opts...)
 	default:
 		wctx, wcancel := context.WithTimeout(ctx, c.wait.d)
-		lease, err = l.Acquire(wctx, c.key, opts...)
+		lease, err = target.Acquire(wctx, opts...)
 		wcancel()
 	}
 	stop()
@@ -312,7 +322,7 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 	}
 	l.Close()
 	switch {
-	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL):
+	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidLimit), errors.Is(err, errors.ErrUnsupported):
 		return nil, nil, commands["run"].usageError(os.Stderr, err.Error())
 	case errors.Is(err, dlock.ErrNotAcquired):
 		fmt.Fprintf(os.Stderr, "dlock run: lock %q not acquired within --wait %v: %v\n", c.key, &c.wait, err)

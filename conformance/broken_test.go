@@ -294,40 +294,51 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 	for f, prop := range flaws {
 		t.Run(string(f), func(t *testing.T) {
 			t.Parallel()
-			run := func(fl flaw, declare bool) (string, error) {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedSuite$/^"+string(prop)+"$", "-test.v", "-test.count=1")
-				cmd.Env = append(os.Environ(), "DLOCK_FLAW="+string(fl))
+			catches(t, "TestFlawedSuite", f, prop, func(fl flaw) []string {
+				env := []string{"DLOCK_FLAW=" + string(fl)}
 				switch prop {
 				case spec.FIFO:
-					cmd.Env = append(cmd.Env, "DLOCK_QUEUE=1")
+					env = append(env, "DLOCK_QUEUE=1")
 				case spec.Cancellation:
-					cmd.Env = append(cmd.Env, "DLOCK_WAITER=1")
+					env = append(env, "DLOCK_WAITER=1")
 				}
-				if declare {
-					cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))
-				}
-				out, err := cmd.CombinedOutput()
-				return string(out), err
-			}
-			fail := "--- FAIL: TestFlawedSuite/" + string(prop)
-			pass := "--- PASS: TestFlawedSuite/" + string(prop)
-
-			out, err := run(noFlaw, false)
-			if err != nil || !strings.Contains(out, pass) {
-				t.Fatalf("control run without a flaw: want %s to pass, got err %v:\n%s", prop, err, out)
-			}
-			out, err = run(f, false)
-			if err == nil || !strings.Contains(out, fail) {
-				t.Fatalf("flaw %s: want %s to fail, got err %v:\n%s", f, prop, err, out)
-			}
-			out, err = run(f, true)
-			if err != nil || !strings.Contains(out, pass) || !strings.Contains(out, "declared weakness reproduced") {
-				t.Fatalf("flaw %s declared as a weakness: want %s to pass with the violation reproduced, got err %v:\n%s", f, prop, err, out)
-			}
-			out, err = run(noFlaw, true)
-			if err == nil || !strings.Contains(out, "did not reproduce") {
-				t.Fatalf("weakness %s declared on a sound store: want the suite to fail, got err %v:\n%s", prop, err, out)
-			}
+				return env
+			})
 		})
+	}
+}
+
+// catches runs the property prop of the suite in test (a child test process) four
+// ways, with the environment env gives for a flaw: without the flaw it must pass,
+// with flaw f it must fail, with f declared a weakness it must pass with the
+// violation reproduced, and declared on the sound store it must fail.
+func catches(t *testing.T, test string, f flaw, prop spec.Property, env func(fl flaw) []string) {
+	run := func(fl flaw, declare bool) (string, error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$/^"+string(prop)+"$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), env(fl)...)
+		if declare {
+			cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))
+		}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	fail := "--- FAIL: " + test + "/" + string(prop)
+	pass := "--- PASS: " + test + "/" + string(prop)
+
+	out, err := run(noFlaw, false)
+	if err != nil || !strings.Contains(out, pass) {
+		t.Fatalf("control run without a flaw: want %s to pass, got err %v:\n%s", prop, err, out)
+	}
+	out, err = run(f, false)
+	if err == nil || !strings.Contains(out, fail) {
+		t.Fatalf("flaw %s: want %s to fail, got err %v:\n%s", f, prop, err, out)
+	}
+	out, err = run(f, true)
+	if err != nil || !strings.Contains(out, pass) || !strings.Contains(out, "declared weakness reproduced") {
+		t.Fatalf("flaw %s declared as a weakness: want %s to pass with the violation reproduced, got err %v:\n%s", f, prop, err, out)
+	}
+	out, err = run(noFlaw, true)
+	if err == nil || !strings.Contains(out, "did not reproduce") {
+		t.Fatalf("weakness %s declared on a sound store: want the suite to fail, got err %v:\n%s", prop, err, out)
 	}
 }

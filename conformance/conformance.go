@@ -5,6 +5,11 @@
 // real faults — crashed and paused holders, restarts, failovers, partitions, quorum
 // loss, leader kills, clock jumps — and checks what each does to the lock.
 //
+// A backend that declares semaphores or read-write locks (spec.Capabilities.Semaphore,
+// RWLock) has their properties checked by Run too (spec.SemaphoreProperties,
+// RWLockProperties), and their fault scenarios run by RunFaults (the mutex's, on the
+// primitive: spec.SemaphoreScenarios, RWLockScenarios).
+//
 // A declared weakness is checked too, the other way round: the suite demands that the
 // property is seen to fail, so that a backend whose documentation says "this breaks"
 // keeps a test that shows it breaking. A surprise in either direction fails.

@@ -118,13 +118,13 @@ func (s *suite) property(t *testing.T, p spec.Property, check func(*testing.T, *
 	t.Run(string(p), func(t *testing.T) {
 		v := &verdict{}
 		var evidence []string
-		defer func() { s.report.Add(propertyCell(s.backend, p, s.caps.Weak(p), t, evidence)) }()
+		defer func() { s.report.Add(propertyCell(s.backend, p, s.weak(p), t, evidence)) }()
 		check(t, v)
 		if t.Skipped() || t.Failed() {
 			return
 		}
 		seen := v.list()
-		weak := s.caps.Weak(p)
+		weak := s.weak(p)
 		if weak {
 			if r, ok := s.h.(WeaknessReproducer); ok {
 				if ev, handled := r.ReproduceWeakness(t, p); handled {

@@ -51,6 +51,11 @@ var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, 
 // own in init.
 var PrimitiveProperties []Property
 
+// PrimitiveScenarios lists the fault scenarios of the primitives beyond the mutex
+// (each mirrors a mutex scenario: MutexScenarioOf); each primitive's file appends its
+// own in init.
+var PrimitiveScenarios []Scenario
+
 // Scenario names a fault that conformance.RunFaults injects.
 type Scenario string
 
@@ -191,4 +196,33 @@ func (c Capabilities) Expect(s Scenario) Status {
 		}
 	}
 	return Held
+}
+
+// Finding is one thing an inspection of a deployment's own configuration found
+// (dlock.Inspect, `dlock check --doctor`): a setting, as the server reports it, and
+// what it means for the locks under one fault scenario of the conformance report —
+// or, for a setting that matters without any fault (eviction), one property.
+type Finding struct {
+	// Scenario is the fault under which Setting matters, in the report's words;
+	// empty when Property names what is at risk instead.
+	Scenario Scenario
+	// Property is what Setting puts at risk without any fault; empty when Scenario is
+	// set.
+	Property Property
+	// Exposed: this deployment is exposed — under Scenario (or at any time, for a
+	// Property) its locks lose what Detail says. False: the setting protects the
+	// locks, or the finding is for information.
+	Exposed bool
+	// Setting is what was read, in the server's terms, e.g. "appendonly=no".
+	Setting string
+	// Detail says in a sentence or two what the setting means for the locks.
+	Detail string
+}
+
+// Topic is the report's name for what f is about: its Scenario, else its Property.
+func (f Finding) Topic() string {
+	if f.Scenario != "" {
+		return string(f.Scenario)
+	}
+	return string(f.Property)
 }

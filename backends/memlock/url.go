@@ -33,10 +33,13 @@ func parseURL(u *url.URL) error {
 }
 
 // declare: every property holds; waiters queue (FIFO). There are no servers to
-// fault.
+// fault. Semaphores and read-write locks are native, fenced, queued in arrival
+// order; a waiting exclusive acquirer keeps later shared ones out.
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FIFO: true}, nil
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FIFO: true,
+		Semaphore: &spec.Primitive{Native: true, Fencing: true, FIFO: true},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true}}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,9 @@ import (
 	"github.com/dlock-go/dlock/backends/mysqllock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/measure"
+	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
 
 func tryAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) dlock.Lease {
@@ -569,4 +572,89 @@ func TestGetLockCancelledWaitEndsSession(t *testing.T) {
 func wantFree(t testing.TB, l dlock.Locker, key string) {
 	t.Helper()
 	release(t, tryAcquire(t, l, key))
+}
+
+// TestTLSAndPrivilegeRefusals: the lock user of TestConformanceTLS is refused
+// without TLS, without a client certificate, with a wrong password, and by a client
+// that does not trust the server's CA; skip-verify must be spelled out. Without
+// CREATE it cannot make a missing table, and says so. No error shows the password.
+func TestTLSAndPrivilegeRefusals(t *testing.T) {
+	_, pki, _, base := secureMySQL(t)
+	ctx := ctxFor(t, time.Minute)
+	tq := pki.URLQuery()
+	noCert := "tls_ca=" + url.QueryEscape(pki.CAFile) + "&tls_server_name=localhost"
+	cert := "tls_cert=" + url.QueryEscape(pki.ClientCert) + "&tls_key=" + url.QueryEscape(pki.ClientKey)
+	for _, c := range []struct{ name, url, want string }{
+		{"plain text", "mysql://" + base, "Access denied"},
+		{"no client certificate", "mysql://" + base + "?" + noCert, "Access denied"},
+		{"system roots", "mysql://" + base + "?" + cert, "certificate signed by unknown authority"},
+		{"wrong password", "mysql://" + strings.Replace(base, secretPassword, "WRONG-"+secretPassword, 1) + "?" + tq, "Access denied"},
+		{"table missing, no CREATE", "mysql://" + base + "?table=other&" + tq, "CREATE command denied"},
+		{"GET_LOCK in plain text", "mysql+getlock://" + base, "Access denied"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := dlock.Open(ctx, c.url)
+			if err == nil {
+				l.Close()
+				t.Fatal("Open succeeded")
+			}
+			if errors.Is(err, dlock.ErrInvalidURL) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("want a refusal saying %q, got %v", c.want, err)
+			}
+			if strings.Contains(err.Error(), secretPassword) {
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+	// Verification off, spelled out.
+	l, err := dlock.Open(ctx, "mysql://"+base+"?tls=skip-verify&"+cert)
+	if err != nil {
+		t.Fatalf("tls=skip-verify: %v", err)
+	}
+	release(t, tryAcquire(t, l, "skip-verify"))
+	l.Close()
+	for _, q := range []string{"tls=skip-verify&" + tq, "tls=false&" + cert, "tls=maybe", "tls_cert=" + url.QueryEscape(pki.ClientCert)} {
+		if _, err := dlock.Open(ctx, "mysql://"+base+"?"+q); !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("?%s: want ErrInvalidURL, got %v", q, err)
+		}
+	}
+}
+
+// TestInspect: the deployment check reads the durability of a commit, the binary
+// log and the replication role (table), and wait_timeout (GET_LOCK).
+func TestInspect(t *testing.T) {
+	expect := func(t *testing.T, m map[string]spec.Finding, s spec.Scenario, exposed bool, setting string) {
+		t.Helper()
+		if f, ok := m[string(s)]; !ok || f.Exposed != exposed || !strings.Contains(f.Setting, setting) || f.Detail == "" {
+			t.Errorf("%s: %+v, want exposed=%v with setting %q", s, f, exposed, setting)
+		}
+	}
+	base := func(dsn string) string {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.User + "@" + cfg.Addr + "/" + cfg.DBName
+	}
+	t.Run("test server", func(t *testing.T) {
+		b := base(servertest.MySQLDSN(t)) // --skip-log-bin, innodb_flush_log_at_trx_commit=2
+		m := servertest.Findings(t, "mysql://"+b)
+		expect(t, m, spec.ServerRestart, true, "innodb_flush_log_at_trx_commit=2")
+		expect(t, m, spec.Failover, false, "log_bin=OFF read_only=OFF")
+		expect(t, m, spec.ClockJump, true, "UTC_TIMESTAMP")
+		expect(t, servertest.Findings(t, "mysql+getlock://"+b), spec.HolderCrash, true, "wait_timeout=28800")
+		expect(t, servertest.Findings(t, "mysql+getlock://"+b+"?wait_timeout=5"), spec.HolderCrash, false, "wait_timeout=5")
+	})
+	t.Run("binary log", func(t *testing.T) {
+		srv := servertest.NewMySQLWith(t, servers.MySQLOptions{Args: []string{"--log-bin", "--innodb-flush-log-at-trx-commit=1"}})
+		b := base(servertest.NewDatabase(t, srv))
+		m := servertest.Findings(t, "mysql://"+b)
+		expect(t, m, spec.ServerRestart, false, "innodb_flush_log_at_trx_commit=1")
+		expect(t, m, spec.Failover, true, "log_bin=ON")
+		expect(t, servertest.Findings(t, "mysql+getlock://"+b), spec.Failover, true, "log_bin=ON")
+	})
+	t.Run("lock user", func(t *testing.T) {
+		_, pki, _, b := secureMySQL(t)
+		expect(t, servertest.Findings(t, "mysql://"+b+"?"+pki.URLQuery()), spec.Failover, false, "replica status unreadable")
+	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	dldriver "github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/generic"
 )
 
 // DefaultCheckInterval is how often a GET_LOCK lease checks its connection without
@@ -367,4 +368,11 @@ func (l *getLock) Unlock(ctx context.Context) error {
 	l.conn.Close()
 	<-l.slot
 	return nil
+}
+
+// TryLockSemaphore takes a permit of the generic semaphore (package
+// internal/generic): one of limit named locks per key, each a GET_LOCK of its own.
+// Limits are not compared, tokens are 0, and waiters poll.
+func (d *getLockDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (dldriver.Lock, error) {
+	return generic.Semaphore{D: d}.TryLockSemaphore(ctx, key, limit, ttl)
 }

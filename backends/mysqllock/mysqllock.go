@@ -118,7 +118,9 @@ func newLocker(db *sql.DB, c config) dlock.Locker {
 }
 
 // Migrate creates the lock table in db if it does not exist (DefaultTable, or the one
-// given with WithTable). It is idempotent and safe to run from many processes at once.
+// given with WithTable), the table of the semaphores and read-write locks beside it
+// (HoldersTable), and with WithFIFO(true) the fair mode's queue table (the lock
+// table's name + QueueSuffix). It is idempotent and safe to run from many processes at once.
 // It returns the database's error, wrapped, if the table cannot be created (e.g. no
 // CREATE privilege). It does not check or alter an existing table.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
@@ -135,5 +137,5 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 			return fmt.Errorf("mysqllock: create table %s: %w", q, err)
 		}
 	}
-	return nil
+	return migrateHolders(ctx, db, c.table)
 }

@@ -84,6 +84,7 @@ type tableDriver struct {
 
 	mu       sync.Mutex // guards the fields below
 	prepared *statements
+	prims    *primStatements // semaphores and read-write locks (primitives.go)
 	closed   bool
 	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
 	// free holds keys whose row this client last saw free or took: their next
@@ -254,6 +255,10 @@ func (d *tableDriver) Close() error {
 	if d.prepared != nil {
 		d.prepared.close()
 		d.prepared = nil
+	}
+	if d.prims != nil {
+		d.prims.close()
+		d.prims = nil
 	}
 	if d.cfg.ownDB {
 		return d.db.Close()

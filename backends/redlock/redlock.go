@@ -37,12 +37,14 @@
 package redlock
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/generic"
 )
 
 // Option configures New.
@@ -131,4 +133,11 @@ func New(clients []redis.UniversalClient, opts ...Option) dlock.Locker {
 		o(&c)
 	}
 	return dlock.New(newDriver(clients, c), driver.Info{Name: "redlock", Drift: c.drift, MinTTL: MinTTL})
+}
+
+// TryLockSemaphore takes a permit of the generic semaphore (package
+// internal/generic): one of limit Redlock mutexes per key. Limits are not compared,
+// tokens are 0 (as for every Redlock lease), and waiters poll.
+func (d *redlockDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
+	return generic.Semaphore{D: d}.TryLockSemaphore(ctx, key, limit, ttl)
 }

@@ -24,6 +24,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -200,6 +201,7 @@ type Row struct {
 	ManyKeys    *measure.Throughput `json:",omitempty"`
 	Crash       *Crash              `json:",omitempty"`
 	Allocs      *Allocs             `json:",omitempty"`
+	Primitives  *Primitives         `json:",omitempty"` // semaphores and read-write locks (primitives.go)
 
 	// Skipped says why nothing was measured (a server that could not be started).
 	Skipped string   `json:",omitempty"`
@@ -424,6 +426,16 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 			}
 			return fmt.Sprintf("%.1f allocs, %.0f B per cycle", a.PerCycle, a.BytesPerCycle), err
 		})
+		if t.Kind == Backend {
+			step(MPrimitives, func(ctx context.Context) (string, error) {
+				p, err := primitives(ctx, e.ep, t, cfg.TTL, cfg.Warmup, cfg.Rounds/4, cfg.Duration)
+				r.Primitives = p
+				if errors.Is(err, errors.ErrUnsupported) {
+					return "no primitives", nil
+				}
+				return p.String(), err
+			})
+		}
 		if b, ok := bases[t.Baseline]; ok && rows[b.Name].Allocs == nil && !cfg.skips(MAllocs) && ctx.Err() == nil {
 			a, err := rawAllocs(ctx, e.ep, b, 10, cfg.AllocCycles)
 			if err != nil {

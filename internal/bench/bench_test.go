@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,9 @@ var tiny = Config{
 
 // TestRunSmoke runs every measurement of every target briefly through Run and checks
 // that each produced its numbers without errors, and that the report holds them.
+// withPrimitives are the targets that have semaphores (and maybe read-write locks).
+var withPrimitives = []string{"mem", "redis", "redlock(5)", "mysql", "mysql+getlock", "zk", "etcd"}
+
 func TestRunSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -80,6 +84,12 @@ func TestRunSmoke(t *testing.T) {
 		if !strings.Contains(md, "| "+mdEscape(r.Name)+" |") {
 			t.Errorf("Markdown has no row for %s", r.Name)
 		}
+		if p := r.Primitives; slices.Contains(withPrimitives, r.Name) && (p == nil || p.Semaphore == nil || p.PermitsPerSec <= 0 || p.ReadLock && p.SharedPerSec <= 0) {
+			t.Errorf("%s: missing the primitives' numbers: %+v", r.Name, p)
+		}
+	}
+	if !strings.Contains(md, "semaphore ÷ mutex") {
+		t.Error("Markdown has no table of the primitives")
 	}
 	// The cut must reach the holder's connections: GET_LOCK frees the lock as soon as
 	// its connection closes, long before the timeout (without the cut the waiter

@@ -126,6 +126,7 @@ func (r *Results) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
+	b.WriteString(r.primitivesMarkdown())
 	var errs []string
 	for _, row := range r.Rows {
 		for _, e := range row.Errors {

@@ -49,7 +49,8 @@ var (
 
 // Render renders the region NAME from r:
 //
-//	matrix:conformance, matrix:primitives, matrix:faults   a matrix and its legend
+//	matrix:conformance, matrix:primitives, matrix:faults   a matrix and its legend;
+//	matrix:faults:PREFIX                                   …of the backends named PREFIX…
 //	speed                                                  the speed table
 //	evidence:BACKEND                                       BACKEND's fault evidence
 //	run                                                    when, where and how the report was made
@@ -58,9 +59,10 @@ func Render(name string, r *report.Report) (string, error) {
 	kind, arg, _ := strings.Cut(name, ":")
 	switch kind {
 	case "matrix":
-		m := r.MatrixMarkdown(arg)
+		which, prefix, _ := strings.Cut(arg, ":")
+		m := r.MatrixMarkdown(which, prefix)
 		if m == "" {
-			return "", fmt.Errorf("the report has no %s cells", arg)
+			return "", fmt.Errorf("the report has no %s cells of backends %q…", which, prefix)
 		}
 		return m + "\n" + report.Legend + "\n", nil
 	case "speed":
@@ -208,7 +210,7 @@ func Check(file, md string, r *report.Report, identifiers map[string]bool) []Pro
 			continue
 		}
 		for _, m := range tickedRE.FindAllStringSubmatch(s.text, -1) {
-			if names[m[1]] {
+			if names[m[1]] && !methodNames[m[1]] {
 				out = append(out, Problem{file, fmt.Sprintf("a verdict on `%s` without a cell marker: %q", m[1], clip(s.text)), strings.Count(prose[:s.at], "\n") + 1})
 				break
 			}
@@ -216,6 +218,10 @@ func Check(file, md string, r *report.Report, identifiers map[string]bool) []Pro
 	}
 	return out
 }
+
+// methodNames are property names that are also methods of the API (`TryAcquire`,
+// `Refresh`, `Close`): a sentence about the method is no verdict on the property.
+var methodNames = map[string]bool{"TryAcquire": true, "Refresh": true, "Close": true}
 
 // looksLikeClaimName reports whether a backticked word reads as the name of a
 // property or scenario (two or more capitalized parts, like HolderCrash).
@@ -240,6 +246,9 @@ func knownNames() map[string]bool {
 	}
 	for _, p := range spec.PrimitiveProperties {
 		m[string(p)] = true
+	}
+	for _, s := range spec.PrimitiveScenarios {
+		m[string(s)] = true
 	}
 	return m
 }

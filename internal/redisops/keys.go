@@ -35,12 +35,27 @@ const FencePrefix = "dlock:fence\xff"
 // ChannelPrefix starts every release channel.
 const ChannelPrefix = "dlock:release:"
 
+// LockUserACL is what a Redis ACL user needs to take locks with redislock.New (also
+// in fair mode, WithFIFO) or redlock.New, as arguments of ACL SETUSER after the
+// user's name and password: the connection commands, the scripts of the mutex, the
+// semaphores and the read-write locks and every command they run, the release
+// channels, WAIT (wait_replicas) and the Cluster's slot map. Keys: the lock names
+// themselves, the fencing counters, the fair mode's queue and deadline keys
+// (QueueKey, DeadlineKey) and the keys of semaphores and read-write locks
+// (PrimitiveKeys); narrow "~*" to the patterns of your lock names plus "~dlock:*"
+// if you like. The TLS conformance tests run with exactly these rules;
+// docs/connecting.md lists them.
+var LockUserACL = []string{"on", "~*", "&" + ChannelPrefix + "*", "-@all", "+@connection", "+ping",
+	"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+exists", "+type", "+del", "+publish", "+pexpire",
+	"+time", "+zadd", "+zcard", "+zrange", "+zrangebyscore", "+zrank", "+zrem", "+zremrangebyscore", "+zscore", "+hset", "+hget", "+hmget", "+hdel",
+	"+subscribe", "+unsubscribe", "+wait", "+cluster|slots", "+cluster|shards"}
+
 // LockKey returns the Redis key of the lock named key: key itself.
 func LockKey(key string) string { return key }
 
 // FenceKey returns the Redis key of key's fencing counter, in the same Redis
 // Cluster hash slot as LockKey(key) for every key.
-func FenceKey(key string) string { return slotmate(FencePrefix, key) }
+func FenceKey(key string) string { return tagged(FencePrefix, key) }
 
 // QueuePrefix starts the key of each lock's queue of waiters (FIFO mode), and
 // DeadlinePrefix the key of their deadlines.
@@ -52,12 +67,11 @@ const (
 // QueueKey returns the Redis key of key's queue of waiters (a sorted set: waiter →
 // arrival), and DeadlineKey that of their deadlines (waiter → server time in ms),
 // both in LockKey(key)'s hash slot.
-func QueueKey(key string) string    { return slotmate(QueuePrefix, key) }
-func DeadlineKey(key string) string { return slotmate(DeadlinePrefix, key) }
+func QueueKey(key string) string    { return tagged(QueuePrefix, key) }
+func DeadlineKey(key string) string { return tagged(DeadlinePrefix, key) }
 
-// slotmate returns prefix + "{" + tag + "}" + key, with tag as described above, so
-// that the result is in key's hash slot.
-func slotmate(prefix, key string) string {
+// tagged returns prefix + "{" + tag + "}" + key, in key's hash slot (see above).
+func tagged(prefix, key string) string {
 	tag := HashedPart(key)
 	if strings.IndexByte(tag, '}') >= 0 {
 		tag = SlotTag(Slot(key))

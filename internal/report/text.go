@@ -63,14 +63,42 @@ func (m matrix) markdown() string {
 
 // MatrixMarkdown renders one matrix of the report as a Markdown table: "conformance"
 // (backend × property), "primitives" (the primitives' properties) or "faults"
-// (backend × scenario). It is empty when the report has no such cells.
-func (r *Report) MatrixMarkdown(which string) string {
+// (backend × scenario), with the rows of the backends whose names start with prefix
+// (all for ""), and the columns where one of them has a cell that ran. It is empty
+// when no such cells exist.
+func (r *Report) MatrixMarkdown(which, prefix string) string {
 	for _, m := range r.matrices() {
 		if m.kind == which {
-			return m.markdown()
+			if m = m.rowsWithPrefix(prefix); len(m.Rows) > 0 {
+				return m.markdown()
+			}
 		}
 	}
 	return ""
+}
+
+// rowsWithPrefix keeps the rows whose names start with prefix, and the columns in
+// which one of them has a cell that ran (not "not applicable").
+func (m matrix) rowsWithPrefix(prefix string) matrix {
+	if prefix == "" {
+		return m
+	}
+	out := m
+	out.Rows, out.Cols = nil, nil
+	for _, row := range m.Rows {
+		if strings.HasPrefix(row, prefix) {
+			out.Rows = append(out.Rows, row)
+		}
+	}
+	for _, col := range m.Cols {
+		for _, row := range out.Rows {
+			if c, ok := m.Cell[[2]string{row, col}]; ok && c.Status != spec.NotApplicable {
+				out.Cols = append(out.Cols, col)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // SpeedMarkdown renders the speed table and its notes.
