@@ -574,6 +574,23 @@ func wantFree(t testing.TB, l dlock.Locker, key string) {
 	release(t, tryAcquire(t, l, key))
 }
 
+// TestOpenCreatesQueueTable: a fifo=true URL on a database whose lock table exists
+// without its queue table (made for the default mode) creates the queue table, so
+// the fair mode works at once instead of failing every Acquire on a missing table.
+func TestOpenCreatesQueueTable(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	ctx := ctxFor(t, 30*time.Second)
+	if err := mysqllock.Migrate(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	l := servertest.Open(t, dsnURL(dsn, mysqllock.Scheme, "fifo=true"))
+	release(t, tryAcquire(t, l, "queue-table"))
+	if n := queued(t, admin, "queue-table"); n != 0 {
+		t.Errorf("%d waiters queued after an uncontended grant, want 0", n)
+	}
+}
+
 // TestTLSAndPrivilegeRefusals: the lock user of TestConformanceTLS is refused
 // without TLS, without a client certificate, with a wrong password, and by a client
 // that does not trust the server's CA; skip-verify must be spelled out. Without
