@@ -22,7 +22,7 @@ func init() {
 		Name:     "compare",
 		Summary:  "run the conformance suite, the fault campaign and the benchmarks; write the report",
 		Synopsis: "dlock compare [--backends a,b] [--scenarios s,t] [--trials N] [--duration D] [--out DIR] | dlock compare --from DIR [--out DIR]",
-		Help:     compareHelp,
+		Help:     strings.Replace(compareHelp, "SCENARIOS", wrap(strings.Join(allScenarios(), ", "), 80, "  "), 1),
 		Footer:   compareFooter,
 		Flags:    compareFlags,
 		Run:      compareCommand,
@@ -67,8 +67,9 @@ Backends (--backends, comma-separated; default all):
   "backends" and "peers" name the two groups.
 
 Scenarios (--scenarios, comma-separated; default all):
-  Conformance, HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover,
-  Partition, QuorumLoss, LeaderKill, ClockJump, Bench
+  SCENARIOS
+  A fault scenario runs on the semaphores and read-write locks too (their
+  Semaphore…/RW… mirrors).
 
 Examples:
   dlock compare                                  everything (tens of minutes)
@@ -395,4 +396,23 @@ func machine() string {
 	}
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%s, %d CPUs%s, %s, host %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu, runtime.Version(), host)
+}
+
+// wrap breaks text at spaces into lines of at most width characters, every line but
+// the first starting with indent.
+func wrap(text string, width int, indent string) string {
+	var b strings.Builder
+	n := len(indent)
+	for i, w := range strings.Fields(text) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n" + indent)
+			n = len(indent)
+		} else if i > 0 {
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }

@@ -86,6 +86,21 @@ func MutexScenarioOf(s Scenario) Scenario {
 
 var primitiveBase = []Scenario{HolderCrash, HolderPause, ServerRestart, Failover, Partition, QuorumLoss, LeaderKill, ClockJump}
 
+// Family is one primitive beyond the mutex as the report and the docs group it: its
+// properties and its fault scenarios.
+type Family struct {
+	Name       string // "semaphore", "rwlock"
+	Properties []Property
+	Scenarios  []Scenario
+}
+
+// Families lists the primitives beyond the mutex, in the order of
+// PrimitiveProperties.
+var Families = []Family{
+	{"semaphore", SemaphoreProperties, SemaphoreScenarios},
+	{"rwlock", RWLockProperties, RWLockScenarios},
+}
+
 // Weak reports whether p is a declared weakness of the primitive.
 func (p *Primitive) Weak(prop Property) bool {
 	if p == nil {
@@ -100,8 +115,8 @@ func (p *Primitive) Weak(prop Property) bool {
 }
 
 func init() {
-	PrimitiveProperties = append(PrimitiveProperties, SemaphoreProperties...)
-	PrimitiveProperties = append(PrimitiveProperties, RWLockProperties...)
-	PrimitiveScenarios = append(PrimitiveScenarios, SemaphoreScenarios...)
-	PrimitiveScenarios = append(PrimitiveScenarios, RWLockScenarios...)
+	for _, f := range Families {
+		PrimitiveProperties = append(PrimitiveProperties, f.Properties...)
+		PrimitiveScenarios = append(PrimitiveScenarios, f.Scenarios...)
+	}
 }

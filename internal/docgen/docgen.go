@@ -49,9 +49,11 @@ var (
 
 // Render renders the region NAME from r:
 //
-//	matrix:conformance, matrix:primitives, matrix:faults   a matrix and its legend;
-//	matrix:faults:PREFIX                                   …of the backends named PREFIX…
+//	matrix:conformance, matrix:faults                      a matrix and its legend;
+//	matrix:semaphore, matrix:semaphore-faults, …           a family's (spec.Families);
+//	matrix:WHICH:PREFIX                                    …of the backends named PREFIX…
 //	speed                                                  the speed table
+//	speed:WORD,WORD                                        …its columns named with a WORD
 //	evidence:BACKEND                                       BACKEND's fault evidence
 //	run                                                    when, where and how the report was made
 //	readme-backends                                        the README's backend table
@@ -66,10 +68,14 @@ func Render(name string, r *report.Report) (string, error) {
 		}
 		return m + "\n" + report.Legend + "\n", nil
 	case "speed":
-		if r.Speed == nil {
-			return "", fmt.Errorf("the report has no speed table")
+		var words []string
+		if arg != "" {
+			words = strings.Split(arg, ",")
 		}
-		return r.SpeedMarkdown(), nil
+		if t := r.SpeedColumnsMarkdown(words); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("the report has no speed table (or no column with %q)", arg)
 	case "evidence":
 		ev := r.EvidenceMarkdown(arg)
 		if ev == "" {
@@ -224,15 +230,19 @@ func Check(file, md string, r *report.Report, identifiers map[string]bool) []Pro
 var methodNames = map[string]bool{"TryAcquire": true, "Refresh": true, "Close": true}
 
 // looksLikeClaimName reports whether a backticked word reads as the name of a
-// property or scenario (two or more capitalized parts, like HolderCrash).
+// property or scenario (two or more capitalized parts, like HolderCrash; a word in
+// capitals only, like INCR, is a command).
 func looksLikeClaimName(w string) bool {
-	caps := 0
+	caps, lower := 0, false
 	for _, c := range w {
-		if c >= 'A' && c <= 'Z' {
+		switch {
+		case c >= 'A' && c <= 'Z':
 			caps++
+		case c >= 'a' && c <= 'z':
+			lower = true
 		}
 	}
-	return caps >= 2
+	return caps >= 2 && lower
 }
 
 // knownNames are every property and scenario name.

@@ -189,26 +189,49 @@ func (r *Report) Surprises() []results.Cell {
 
 // matrix is one table of cells: rows are backends, columns properties or scenarios.
 type matrix struct {
-	kind  string // "conformance", "primitives" or "faults"
+	kind  string // "conformance", "faults", a family's name (spec.Families), its name + "-faults", or "primitives"
 	Title string
 	Rows  []string
 	Cols  []string
 	Cell  map[[2]string]results.Cell
 }
 
-// matrices splits the cells into the conformance matrix (backend × property) and
-// the fault matrix (backend × scenario), each in the suite's order.
+// matrices splits the cells into the conformance matrix (backend × property), a
+// property matrix and a fault matrix for each primitive family (whose columns are
+// named by the mutex scenario each of its scenarios mirrors), any other
+// primitive's properties, and the mutex's fault matrix (backend × scenario), each
+// in the suite's order.
 func (r *Report) matrices() []matrix {
-	conf := matrix{kind: "conformance", Title: "Conformance (backend × property)", Cell: map[[2]string]results.Cell{}}
-	prims := matrix{kind: "primitives", Title: "Primitives beyond the mutex (backend × property)", Cell: map[[2]string]results.Cell{}}
-	faults := matrix{kind: "faults", Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]results.Cell{}}
+	newMatrix := func(kind, title string) *matrix {
+		return &matrix{kind: kind, Title: title, Cell: map[[2]string]results.Cell{}}
+	}
+	conf := newMatrix("conformance", "Conformance (backend × property)")
+	faults := newMatrix("faults", "Faults (backend × scenario: the property each fault threatens)")
+	prims := newMatrix("primitives", "Other primitives (backend × property)")
+	var fams []*matrix
+	famOf := map[string]*matrix{} // property or scenario name → its family's matrix
+	for _, f := range spec.Families {
+		pm := newMatrix(f.Name, "The "+f.Name+" (backend × property)")
+		fm := newMatrix(f.Name+"-faults", "Faults of the "+f.Name+" (backend × the mutex scenario it mirrors)")
+		for _, p := range f.Properties {
+			famOf[string(p)] = pm
+		}
+		for _, s := range f.Scenarios {
+			famOf[string(s)] = fm
+		}
+		fams = append(fams, pm, fm)
+	}
 	for _, c := range r.Cells {
-		m, col := &faults, c.Scenario
+		m, col := faults, c.Scenario
 		switch {
 		case c.Scenario == "Conformance" && slices.Contains(spec.Properties, spec.Property(c.Property)):
-			m, col = &conf, c.Property
+			m, col = conf, c.Property
+		case c.Scenario == "Conformance" && famOf[c.Property] != nil:
+			m, col = famOf[c.Property], c.Property
 		case c.Scenario == "Conformance":
-			m, col = &prims, c.Property
+			m, col = prims, c.Property
+		case famOf[c.Scenario] != nil:
+			m, col = famOf[c.Scenario], string(spec.MutexScenarioOf(spec.Scenario(c.Scenario)))
 		}
 		if !slices.Contains(m.Rows, c.Backend) {
 			m.Rows = append(m.Rows, c.Backend)
@@ -242,12 +265,19 @@ func (r *Report) matrices() []matrix {
 	for _, s := range spec.Scenarios {
 		scen = append(scen, string(s))
 	}
+	var famProps []string
+	for _, p := range spec.PrimitiveProperties {
+		famProps = append(famProps, string(p))
+	}
 	order(conf.Cols, props)
 	order(faults.Cols, scen)
+	for _, m := range fams {
+		order(m.Cols, slices.Concat(famProps, scen))
+	}
 	var out []matrix
-	for _, m := range []matrix{conf, prims, faults} {
+	for _, m := range slices.Concat([]*matrix{conf}, fams, []*matrix{prims, faults}) {
 		if len(m.Rows) > 0 {
-			out = append(out, m)
+			out = append(out, *m)
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -62,8 +63,10 @@ func (m matrix) markdown() string {
 }
 
 // MatrixMarkdown renders one matrix of the report as a Markdown table: "conformance"
-// (backend × property), "primitives" (the primitives' properties) or "faults"
-// (backend × scenario), with the rows of the backends whose names start with prefix
+// (backend × property), "faults" (backend × scenario), a family of spec.Families
+// ("semaphore": its properties; "semaphore-faults": its scenarios, each column
+// named by the mutex scenario it mirrors), or "primitives" (properties of no
+// family), with the rows of the backends whose names start with prefix
 // (all for ""), and the columns where one of them has a cell that ran. It is empty
 // when no such cells exist.
 func (r *Report) MatrixMarkdown(which, prefix string) string {
@@ -102,14 +105,42 @@ func (m matrix) rowsWithPrefix(prefix string) matrix {
 }
 
 // SpeedMarkdown renders the speed table and its notes.
-func (r *Report) SpeedMarkdown() string {
+func (r *Report) SpeedMarkdown() string { return r.SpeedColumnsMarkdown(nil) }
+
+// SpeedColumnsMarkdown renders the speed table's columns whose names contain one of
+// words (case-insensitive; every column for none), the rows with a value in one of
+// them, and the table's notes. It is empty when no column matches.
+func (r *Report) SpeedColumnsMarkdown(words []string) string {
 	if r.Speed == nil {
 		return ""
 	}
+	var cols []int
+	for i, c := range r.Speed.Columns {
+		if len(words) == 0 || slices.ContainsFunc(words, func(w string) bool { return strings.Contains(strings.ToLower(c), strings.ToLower(w)) }) {
+			cols = append(cols, i)
+		}
+	}
+	if len(cols) == 0 {
+		return ""
+	}
+	pick := func(vs []string) (out []string, any bool) {
+		for _, i := range cols {
+			v := ""
+			if i < len(vs) {
+				v = vs[i]
+			}
+			any = any || (v != "" && v != "–")
+			out = append(out, v)
+		}
+		return out, any
+	}
+	names, _ := pick(r.Speed.Columns)
 	var b strings.Builder
-	fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(r.Speed.Columns, " | "), strings.Repeat("---|", len(r.Speed.Columns)))
+	fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(names, " | "), strings.Repeat("---|", len(names)))
 	for _, row := range r.Speed.Rows {
-		fmt.Fprintf(&b, "| %s | %s |\n", row.Backend, strings.Join(row.Values, " | "))
+		if vs, any := pick(row.Values); any || len(words) == 0 {
+			fmt.Fprintf(&b, "| %s | %s |\n", row.Backend, strings.Join(vs, " | "))
+		}
 	}
 	for _, n := range r.Speed.Notes {
 		fmt.Fprintf(&b, "\n%s\n", n)
