@@ -34,6 +34,8 @@ const (
 	twoHolders          flaw = "two-holders"           // up to two owners at once
 	constantToken       flaw = "constant-token"        // every grant gets token 1
 	barging             flaw = "barging"               // waiters poll a queued store, whoever asks first wins
+	splitVotes          flaw = "split-votes"           // TryLocks of a free key that overlap in time all fail
+	cancelLeavesGrant   flaw = "cancel-leaves-grant"   // a cancelled wait stays pending and takes the lock when it frees
 )
 
 // flaws maps each flaw to the property it breaks.
@@ -43,6 +45,8 @@ var flaws = map[flaw]spec.Property{
 	twoHolders:          spec.MutualExclusion,
 	constantToken:       spec.FencingMonotonic,
 	barging:             spec.FIFO,
+	splitVotes:          spec.SimultaneousTry,
+	cancelLeavesGrant:   spec.Cancellation,
 }
 
 // bargingLocker waits by polling TryAcquire on a memlock Store instead of queueing in
@@ -102,6 +106,11 @@ type flawedStore struct {
 	locks map[string][]*flawedLock
 	token uint64
 	terms map[string]*flawedTerms // per election (broken_election_multi_test.go)
+	// splitVotes: the TryLocks of each key in flight, and whether they overlapped.
+	trying map[string]int
+	split  map[string]bool
+	// cancelLeavesGrant: per key, until when a cancelled wait is still pending.
+	pending map[string]time.Time
 }
 
 type flawedLock struct {
@@ -117,6 +126,9 @@ func (d flawedDriver) Close() error { return nil }
 
 func (d flawedDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	s := d.s
+	if s.flaw == splitVotes && s.overlapped(key) {
+		return nil, driver.Busy(0)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lk, err := s.tryLocked(key, ttl)
@@ -146,6 +158,53 @@ func (s *flawedStore) tryLocked(key string, ttl time.Duration) (*flawedLock, err
 	}
 	s.locks[key] = append(live, l)
 	return l, nil
+}
+
+// overlapped registers a TryLock of key, lets 2ms pass (a vote's round trip) and
+// reports whether another TryLock of key was in flight meanwhile: then every one of
+// them fails, as contenders whose votes split do.
+func (s *flawedStore) overlapped(key string) bool {
+	s.mu.Lock()
+	s.trying[key]++
+	if s.trying[key] > 1 {
+		s.split[key] = true
+	}
+	s.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	split := s.split[key]
+	if s.trying[key]--; s.trying[key] == 0 {
+		delete(s.trying, key)
+		delete(s.split, key)
+	}
+	return split
+}
+
+// waitingDriver waits for a lock itself (driver.Waiter) by polling TryLock. With the
+// cancelLeavesGrant flaw a cancelled wait stays pending for 50ms, as a request the
+// server still serves after its client gave up: a release meanwhile hands the lock to
+// it, and it holds the lock for 20ms.
+type waitingDriver struct{ flawedDriver }
+
+func (d waitingDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	for {
+		lk, err := d.TryLock(ctx, key, ttl)
+		var busy *driver.BusyError
+		if !errors.As(err, &busy) {
+			return lk, err
+		}
+		select {
+		case <-ctx.Done():
+			if d.s.flaw == cancelLeavesGrant {
+				d.s.mu.Lock()
+				d.s.pending[key] = time.Now().Add(50 * time.Millisecond)
+				d.s.mu.Unlock()
+			}
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 func (l *flawedLock) Token() uint64 { return l.token }
@@ -184,6 +243,13 @@ func (l *flawedLock) Unlock(ctx context.Context) error {
 	if !l.unlockLocked() {
 		return dlock.ErrNotHeld
 	}
+	if until, ok := l.s.pending[l.key]; ok {
+		delete(l.s.pending, l.key)
+		if now := time.Now(); now.Before(until) {
+			l.s.token++
+			l.s.locks[l.key] = append(l.s.locks[l.key], &flawedLock{s: l.s, key: l.key, token: l.s.token, expires: now.Add(20 * time.Millisecond)})
+		}
+	}
 	return nil
 }
 
@@ -201,10 +267,15 @@ func (l *flawedLock) unlockLocked() bool {
 type flawedHarness struct {
 	s    *flawedStore
 	caps spec.Capabilities
+	wait bool // the driver waits itself (driver.Waiter)
 }
 
 func (h flawedHarness) NewLocker(t testing.TB) dlock.Locker {
-	return dlock.New(flawedDriver{h.s}, driver.Info{Name: "flawed-" + string(h.s.flaw)})
+	info := driver.Info{Name: "flawed-" + string(h.s.flaw)}
+	if h.wait {
+		return dlock.New(waitingDriver{flawedDriver{h.s}}, info)
+	}
+	return dlock.New(flawedDriver{h.s}, info)
 }
 
 func (h flawedHarness) Capabilities() spec.Capabilities { return h.caps }
@@ -235,7 +306,9 @@ func TestFlawedSuite(t *testing.T) {
 		conformance.Run(t, queueHarness{memlock.NewStore(), flaw(f) == barging, new(atomic.Int64), caps})
 		return
 	}
-	conformance.Run(t, flawedHarness{&flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}, terms: map[string]*flawedTerms{}}, caps})
+	s := &flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}, terms: map[string]*flawedTerms{},
+		trying: map[string]int{}, split: map[string]bool{}, pending: map[string]time.Time{}}
+	conformance.Run(t, flawedHarness{s, caps, os.Getenv("DLOCK_WAITER") == "1"})
 }
 
 func TestSuiteCatchesFlaws(t *testing.T) {
@@ -247,8 +320,11 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 			t.Parallel()
 			catches(t, "TestFlawedSuite", f, prop, func(fl flaw) []string {
 				env := []string{"DLOCK_FLAW=" + string(fl)}
-				if prop == spec.FIFO {
+				switch prop {
+				case spec.FIFO:
 					env = append(env, "DLOCK_QUEUE=1")
+				case spec.Cancellation:
+					env = append(env, "DLOCK_WAITER=1")
 				}
 				return env
 			})

@@ -33,9 +33,9 @@
 //	interface          enables
 //	Vanisher           DeadlockFreedom, DoneAndErr with a client that vanishes as a crashed process does
 //	KeyDeleter         OwnerOnlyRelease, DoneAndErr with a lock deleted behind its holder's back
-//	QueueInspector     FIFO (needs Capabilities.FIFO)
+//	QueueInspector     FIFO (needs Capabilities.FIFO); WaiterCrash then sees its waiters queue
 //	WeaknessReproducer declared weaknesses that need a fault of the harness's own
-//	URLer              HolderCrash, HolderPause, HolderPauseFenced (holders in child processes: call ChildMain)
+//	URLer              HolderCrash, WaiterCrash, HolderPause, HolderPauseFenced (holders and waiters in child processes: call ChildMain)
 //	ServerRestarter    ServerRestart
 //	Failoverer         Failover, FailoverFencing
 //	Partitioner        Partition, StoreHang (with a Link per client)

@@ -47,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 		spec.Expiry:           s.expiry,
 		spec.Refresh:          s.refresh,
 		spec.TryAcquire:       s.tryAcquire,
+		spec.SimultaneousTry:  s.simultaneousTry,
 		spec.Cancellation:     s.cancellation,
 		spec.FencingMonotonic: s.fencingMonotonic,
 		spec.KeyIsolation:     s.keyIsolation,

@@ -46,7 +46,7 @@ func (p *subject) runs(list []spec.Scenario) []run {
 	_, leader := h.(LeaderKiller)
 	_, clock := h.(ClockJumper)
 	_, nodeFaults := h.(NodeFaulter)
-	enabled := map[spec.Scenario]bool{spec.HolderCrash: url, spec.HolderPause: url, spec.HolderPauseFenced: url, spec.ServerRestart: restart,
+	enabled := map[spec.Scenario]bool{spec.HolderCrash: url, spec.WaiterCrash: url, spec.HolderPause: url, spec.HolderPauseFenced: url, spec.ServerRestart: restart,
 		spec.Failover: fo, spec.FailoverFencing: fo, spec.Partition: part, spec.StoreHang: part, spec.QuorumLoss: nodes,
 		spec.LeaderKill: leader, spec.LeaderKillLease: leader, spec.ClockJump: clock, spec.ClockJumpBareMajority: nodeFaults}
 	fns := map[spec.Scenario]func(*testing.T, *results.Cell){
@@ -64,6 +64,7 @@ func (p *subject) runs(list []spec.Scenario) []run {
 			p.heldThroughFault(t, c, func() { h.(ClockJumper).JumpClock(t, 2*time.Minute) })
 		},
 		// The mutex's alone (faults_mutex.go): no primitive mirrors them.
+		spec.WaiterCrash:           p.f.waiterCrash,
 		spec.FailoverFencing:       p.f.failoverFencing,
 		spec.StoreHang:             p.f.storeHang,
 		spec.LeaderKillLease:       p.f.leaderKillLease,

@@ -28,6 +28,7 @@ const (
 	Expiry           Property = "Expiry"           // an unrefreshed lease ends (Done) before anyone else is granted
 	Refresh          Property = "Refresh"          // Refresh and WithAutoRenew keep a lease past its first TTL
 	TryAcquire       Property = "TryAcquire"       // one attempt, ErrNotAcquired without waiting
+	SimultaneousTry  Property = "SimultaneousTry"  // clients that TryAcquire a free key at one moment: exactly one wins; none while it is held
 	Cancellation     Property = "Cancellation"     // ctx ends a wait promptly and leaves no lock behind
 	FencingMonotonic Property = "FencingMonotonic" // tokens strictly increase per key (or are all 0 without fencing)
 	KeyIsolation     Property = "KeyIsolation"     // similar keys are different locks
@@ -41,7 +42,7 @@ const (
 
 // Properties lists every property in the order conformance.Run checks them.
 var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, Expiry, Refresh,
-	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
+	TryAcquire, SimultaneousTry, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
 	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
 
 // PrimitiveProperties lists the properties of the primitives beyond the mutex
@@ -60,6 +61,7 @@ type Scenario string
 // (named in brackets; see package conformance).
 const (
 	HolderCrash       Scenario = "HolderCrash"       // [URLer] the holder process gets SIGKILL
+	WaiterCrash       Scenario = "WaiterCrash"       // [URLer] a waiting process gets SIGKILL: the waiters behind it are still served
 	HolderPause       Scenario = "HolderPause"       // [URLer] the holder is SIGSTOPped past its TTL, then writes (unfenced resource)
 	HolderPauseFenced Scenario = "HolderPauseFenced" // the same, against a resource that checks fencing tokens
 	ServerRestart     Scenario = "ServerRestart"     // [ServerRestarter] every server restarts while a lock is held
@@ -80,7 +82,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order conformance.RunFaults runs them.
-var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
+var Scenarios = []Scenario{HolderCrash, WaiterCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
 	Partition, StoreHang, QuorumLoss, LeaderKill, LeaderKillLease, ClockJump, ClockJumpBareMajority}
 
 // Status is the outcome of one property under one scenario on one backend, or what

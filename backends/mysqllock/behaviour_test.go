@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/measure"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -522,6 +523,71 @@ func TestGetLockMaxConns(t *testing.T) {
 	release(t, c)
 	if _, err := dlock.Open(ctxFor(t, 10*time.Second), "mysql+getlock://u@127.0.0.1:1/db?max_conns=0"); !errors.Is(err, dlock.ErrInvalidURL) {
 		t.Errorf("max_conns=0: %v, want ErrInvalidURL", err)
+	}
+}
+
+// TestGetLockCancelledWaitEndsSession: an Acquire whose context ends while it waits
+// in GET_LOCK returns only once the server has ended the waiting session (KILL from
+// another connection, then its end seen in the process list), so that the server
+// cannot grant the abandoned wait the lock (the strict part of the suite's
+// Cancellation property). It logs what the clean-up costs: the time from the cancel
+// to Acquire's return.
+func TestGetLockCancelledWaitEndsSession(t *testing.T) {
+	h := newGetLockHarness(t)
+	holder, waiter := h.NewLocker(t), h.NewLocker(t)
+	var took []time.Duration
+	for i := range 20 {
+		key := fmt.Sprintf("cancelled-wait-%d", i)
+		ls := tryAcquire(t, holder, key)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := waiter.Acquire(ctx, key)
+			errc <- err
+		}()
+		for deadline := time.Now().Add(20 * time.Second); h.Waiting(t, key) != 1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("no waiter in GET_LOCK on the server after 20s")
+			}
+			time.Sleep(time.Millisecond) // polls the server's state; there is no event for it
+		}
+		t0 := time.Now()
+		cancel()
+		err := <-errc
+		took = append(took, time.Since(t0))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a cancelled wait: %v, want context.Canceled", err)
+		}
+		if n := h.Waiting(t, key); n != 0 {
+			t.Errorf("trial %d: %d sessions still wait in GET_LOCK after the cancelled Acquire returned", i, n)
+		}
+		release(t, ls)
+		wantFree(t, h.NewLocker(t), key)
+	}
+	lat := measure.Summarize(took)
+	t.Logf("from cancel to return (KILL and the session's end): p50 %v, max %v over %d trials", lat.P50, lat.Max, lat.N)
+}
+
+// wantFree checks that l can take key at once, and gives it back.
+func wantFree(t testing.TB, l dlock.Locker, key string) {
+	t.Helper()
+	release(t, tryAcquire(t, l, key))
+}
+
+// TestOpenCreatesQueueTable: a fifo=true URL on a database whose lock table exists
+// without its queue table (made for the default mode) creates the queue table, so
+// the fair mode works at once instead of failing every Acquire on a missing table.
+func TestOpenCreatesQueueTable(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	ctx := ctxFor(t, 30*time.Second)
+	if err := mysqllock.Migrate(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	l := servertest.Open(t, dsnURL(dsn, mysqllock.Scheme, "fifo=true"))
+	release(t, tryAcquire(t, l, "queue-table"))
+	if n := queued(t, admin, "queue-table"); n != 0 {
+		t.Errorf("%d waiters queued after an uncontended grant, want 0", n)
 	}
 }
 

@@ -61,38 +61,65 @@ func openDB(t testing.TB, dsn string, edit func(*mysql.Config)) *sql.DB {
 type tableHarness struct {
 	dsn   string
 	admin *sql.DB
+	fifo  bool   // the fair mode (WithFIFO)
 	url   string // when set, NewLocker opens it
 	name  string
 }
 
-func newTableHarness(t *testing.T) *tableHarness {
+func newTableHarness(t *testing.T, fifo bool) *tableHarness {
 	dsn := servertest.MySQLDSN(t)
 	admin := openDB(t, dsn, nil)
-	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin); err != nil {
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin, mysqllock.WithFIFO(fifo)); err != nil {
 		t.Fatal(err)
 	}
-	return &tableHarness{dsn: dsn, admin: admin}
+	return &tableHarness{dsn: dsn, admin: admin, fifo: fifo}
 }
 
 func (h *tableHarness) NewLocker(t testing.TB) dlock.Locker {
 	if h.url != "" {
 		return servertest.Open(t, h.url)
 	}
-	return mysqllock.New(openDB(t, h.dsn, nil))
+	return mysqllock.New(openDB(t, h.dsn, nil), mysqllock.WithFIFO(h.fifo))
 }
 
 func (h *tableHarness) Capabilities() spec.Capabilities {
 	if h.url != "" {
 		return conformance.MustDeclare(h.url)
 	}
-	return conformance.MustDeclare(dsnURL(h.dsn, mysqllock.Scheme, ""))
+	return conformance.MustDeclare(dsnURL(h.dsn, mysqllock.Scheme, fifoQuery(h.fifo)))
 }
 
 func (h *tableHarness) Name() string {
-	if h.name != "" {
+	switch {
+	case h.name != "":
 		return h.name
+	case h.fifo:
+		return "mysql (fifo)"
 	}
 	return "mysql"
+}
+
+// fifoQuery is the URL query of the fair mode, or "".
+func fifoQuery(fifo bool) string {
+	if fifo {
+		return "fifo=true"
+	}
+	return ""
+}
+
+// Waiting counts the live waiters in key's queue (the fair mode's).
+func (h *tableHarness) Waiting(t testing.TB, key string) int { return queued(t, h.admin, key) }
+
+// queued counts the waiters of key in the default table's queue whose deadline has
+// not passed.
+func queued(t testing.TB, db *sql.DB, key string) int {
+	var n int
+	err := db.QueryRowContext(ctxFor(t, 10*time.Second),
+		"SELECT COUNT(*) FROM "+mysqllock.DefaultTable+mysqllock.QueueSuffix+" WHERE lock_key = ? AND deadline > UTC_TIMESTAMP(6)", key).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // dsnURL turns a go-sql-driver DSN into a URL of scheme with query q (no password:
@@ -195,9 +222,12 @@ func (h *getLockHarness) Name() string {
 var _ conformance.QueueInspector = (*getLockHarness)(nil) // mysql+getlock declares FIFO
 
 // Waiting counts the connections waiting in GET_LOCK for key's name.
-func (h *getLockHarness) Waiting(t testing.TB, key string) int {
+func (h *getLockHarness) Waiting(t testing.TB, key string) int { return inGetLock(t, h.admin, key) }
+
+// inGetLock counts the connections waiting in GET_LOCK for key's name.
+func inGetLock(t testing.TB, admin *sql.DB, key string) int {
 	var n int
-	err := h.admin.QueryRowContext(ctxFor(t, 10*time.Second),
+	err := admin.QueryRowContext(ctxFor(t, 10*time.Second),
 		"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
 		"%GET_LOCK('"+mysqllock.GetLockName(key)+"'%").Scan(&n)
 	if err != nil {
@@ -254,7 +284,12 @@ func killHolder(t testing.TB, admin *sql.DB, key string) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, newTableHarness(t))
+	conformance.Run(t, newTableHarness(t, false))
+}
+
+// TestConformanceFIFO runs the suite on the table's fair mode (WithFIFO).
+func TestConformanceFIFO(t *testing.T) {
+	conformance.Run(t, newTableHarness(t, true))
 }
 
 func TestConformanceGetLock(t *testing.T) {
@@ -277,12 +312,18 @@ const holdersGrants = "SELECT, INSERT, UPDATE, DELETE"
 // pruned: DELETE).
 const electionsGrants = "SELECT, INSERT, UPDATE, DELETE"
 
+// queueGrants is what a lock user of the fair mode (fifo=true) needs on the queue
+// table: waiters insert their row, renew its deadline, and delete it (and the
+// key's dead waiters' rows) when they leave.
+const queueGrants = "SELECT, INSERT, UPDATE, DELETE"
+
 // secureMySQL starts a server that offers TLS, creates a database, its lock table
 // (as root), and a user "locker" (password secretPassword) that must connect over
 // TLS with a client certificate the PKI's CA signed (REQUIRE X509) and holds only
-// lockGrants on the lock table, holdersGrants on its holders table and
-// electionsGrants on its elections table. It returns the server, the PKI, root's DSN of the
-// database and the URL tail of the lock user: "locker:…@host:port/db".
+// lockGrants on the lock table, holdersGrants on its holders table, electionsGrants
+// on its elections table and queueGrants on its queue table (the fair mode's). It
+// returns the server, the PKI, root's DSN of the database and the URL tail of the
+// lock user: "locker:…@host:port/db".
 func secureMySQL(t testing.TB) (*servers.MySQL, *servers.PKI, string, string) {
 	pki := servertest.PKI(t)
 	m := servertest.NewMySQLWith(t, servers.MySQLOptions{TLS: pki})
@@ -293,7 +334,7 @@ func secureMySQL(t testing.TB) (*servers.MySQL, *servers.PKI, string, string) {
 	}
 	admin := openDB(t, dsn, nil)
 	ctx := ctxFor(t, 30*time.Second)
-	if err := mysqllock.Migrate(ctx, admin); err != nil {
+	if err := mysqllock.Migrate(ctx, admin, mysqllock.WithFIFO(true)); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
@@ -301,6 +342,7 @@ func secureMySQL(t testing.TB) (*servers.MySQL, *servers.PKI, string, string) {
 		"GRANT " + lockGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.DefaultTable + "` TO 'locker'@'%'",
 		"GRANT " + holdersGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.HoldersTable(mysqllock.DefaultTable) + "` TO 'locker'@'%'",
 		"GRANT " + electionsGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.ElectionsTable(mysqllock.DefaultTable) + "` TO 'locker'@'%'",
+		"GRANT " + queueGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.DefaultTable + mysqllock.QueueSuffix + "` TO 'locker'@'%'",
 	} {
 		if _, err := admin.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", strings.ReplaceAll(q, secretPassword, "…"), err)
@@ -309,10 +351,10 @@ func secureMySQL(t testing.TB) (*servers.MySQL, *servers.PKI, string, string) {
 	return m, pki, dsn, "locker:" + secretPassword + "@" + cfg.Addr + "/" + cfg.DBName
 }
 
-// TestConformanceTLS runs the suite on both schemes opened from URLs with a CA, a
-// client certificate and key and a server name, as a user the server admits only
-// over TLS with a client certificate, holding only the privileges a lock user
-// needs (the table created in advance by an administrator).
+// TestConformanceTLS runs the suite on both schemes (and the table's fair mode)
+// opened from URLs with a CA, a client certificate and key and a server name, as a
+// user the server admits only over TLS with a client certificate, holding only the
+// privileges a lock user needs (the tables created in advance by an administrator).
 func TestConformanceTLS(t *testing.T) {
 	m, pki, dsn, base := secureMySQL(t)
 	t.Run("table", func(t *testing.T) {
@@ -322,6 +364,13 @@ func TestConformanceTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		conformance.Run(t, &tableHarness{dsn: dsn, admin: admin, name: "mysql (TLS, lock user)", url: "mysql://" + base + "?" + pki.URLQuery()})
+	})
+	t.Run("table-fifo", func(t *testing.T) {
+		admin := openDB(t, dsn, nil)
+		if err := admin.PingContext(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		conformance.Run(t, &tableHarness{dsn: dsn, admin: admin, name: "mysql (TLS, lock user, fifo)", url: "mysql://" + base + "?fifo=true&" + pki.URLQuery()})
 	})
 	t.Run("getlock", func(t *testing.T) {
 		h := getLockHarnessOn(t, m, dsn)

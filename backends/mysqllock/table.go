@@ -2,7 +2,6 @@ package mysqllock
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -97,7 +96,10 @@ type tableDriver struct {
 // maxHints bounds tableDriver.free; past it the hints start over.
 const maxHints = 4096
 
-type statements struct{ acquire, take, release, tidy, refresh *sql.Stmt }
+type statements struct {
+	acquire, take, release, tidy, refresh *sql.Stmt
+	fair                                  *fairStatements // WithFIFO only
+}
 
 // stmts prepares the statements on first use (the table may not exist before);
 // a failure is returned and tried again next time.
@@ -111,7 +113,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 		return d.prepared, nil
 	}
 	if d.cfg.migrate {
-		if err := Migrate(ctx, d.db, WithTable(d.cfg.table)); err != nil {
+		if err := Migrate(ctx, d.db, WithTable(d.cfg.table), WithFIFO(d.cfg.fifo)); err != nil {
 			return nil, err
 		}
 	}
@@ -128,6 +130,9 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 	prep(&s.release, fmt.Sprintf(releaseSQL, t))
 	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
 	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
+	if err == nil && d.cfg.fifo {
+		s.fair, err = prepareFair(ctx, d.db, t, quoteIdent(d.cfg.table+QueueSuffix))
+	}
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
@@ -141,6 +146,23 @@ func (s *statements) close() {
 		if st != nil {
 			st.Close()
 		}
+	}
+	if s.fair != nil {
+		s.fair.close()
+	}
+}
+
+// exec runs st, and again (up to 20 times, a moment apart) while InnoDB rolls it back
+// as a deadlock victim: concurrent INSERT ... ON DUPLICATE KEY UPDATE statements on
+// one row (and the fair mode's queue statements) can deadlock, and a statement rolled
+// back changed nothing. A deadlock is not an answer: a free lock must not look held.
+func exec(ctx context.Context, st *sql.Stmt, args ...any) (sql.Result, error) {
+	for i := 1; ; i++ {
+		res, err := st.ExecContext(ctx, args...)
+		if !isDeadlock(err) || i == 20 || ctx.Err() != nil {
+			return res, err
+		}
+		time.Sleep(time.Duration(i) * 100 * time.Microsecond)
 	}
 }
 
@@ -176,23 +198,20 @@ func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 const erLockDeadlock = 1213
 
 func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	s, err := d.stmts(ctx)
+	lk, err := d.newLock(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	lk := &tableLock{d: d, s: s, key: []byte(key)}
-	if _, err := rand.Read(lk.owner[:]); err != nil {
-		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
-	}
+	s := lk.s
 	us := micros(ttl)
 	if d.hinted(key) {
-		res, err := s.take.ExecContext(ctx, lk.owner[:], us, lk.key)
+		res, err := exec(ctx, s.take, lk.owner[:], us, lk.key)
 		if ok, err := affected(res, err); err != nil || ok {
 			return lk.granted(ctx, res, err)
 		}
 		// Held, or the row is gone: acquireSQL tells which.
 	}
-	res, err := s.acquire.ExecContext(ctx, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
+	res, err := exec(ctx, s.acquire, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
 	if err == nil {
 		var id int64
 		if id, err = res.LastInsertId(); err == nil && id&busyFlag != 0 {
@@ -284,7 +303,13 @@ type tableLock struct {
 	key   []byte
 	owner [16]byte
 	token uint64
+	// validFrom is when the statement that granted the lock was sent (fair mode: a
+	// waiter's grant comes long after its Acquire began).
+	validFrom time.Time
 }
+
+// ValidFrom is when the statement that granted the lock was sent (driver.ValidFrom).
+func (l *tableLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *tableLock) Token() uint64 { return l.token }
 
@@ -298,7 +323,7 @@ func affected(res sql.Result, err error) (bool, error) {
 }
 
 func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner[:]))
+	ok, err := affected(exec(ctx, l.s.refresh, micros(ttl), l.key, l.owner[:]))
 	switch {
 	case err != nil:
 		return fmt.Errorf("mysqllock: refresh: %w", err)
@@ -309,13 +334,13 @@ func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *tableLock) Unlock(ctx context.Context) error {
-	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner[:]))
+	ok, err := affected(exec(ctx, l.s.release, l.key, l.owner[:]))
 	switch {
 	case err != nil:
 		return fmt.Errorf("mysqllock: release: %w", err)
 	case !ok:
 		// Not ours, or ours but expired: free it if it is still ours.
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
 		return dlock.ErrNotHeld
 	}
 	return nil
@@ -325,7 +350,7 @@ func (l *tableLock) Unlock(ctx context.Context) error {
 // once, even on a stalled network), with a fresh short context, best effort. A lock
 // it misses (the interrupted statement reached the server after it) ends at its TTL.
 func (l *tableLock) tidyUp() {
-	l.d.inBackground(func(ctx context.Context) { _, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:]) })
+	l.d.inBackground(func(ctx context.Context) { _, _ = exec(ctx, l.s.tidy, l.key, l.owner[:]) })
 }
 
 // inBackground runs a clean-up f in the background with a fresh context bounded by

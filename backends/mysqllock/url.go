@@ -20,9 +20,10 @@ import (
 
 // URL schemes this package registers with dlock.Open.
 const (
-	// Scheme opens New: mysql://user:pass@host:port/db?table=name. The database is
-	// required; the table (default DefaultTable) is created if absent — only then
-	// does the user need the CREATE privilege. Both schemes take the TLS parameters
+	// Scheme opens New: mysql://user:pass@host:port/db?table=name&fifo=true. The
+	// database is required; the table (default DefaultTable) is created if absent —
+	// only then does the user need the CREATE privilege — and with fifo=true
+	// (WithFIFO) its queue table too. Both schemes take the TLS parameters
 	// (tls=true|false|skip-verify, tls_ca, tls_cert, tls_key, tls_server_name; see
 	// docs/connecting.md).
 	Scheme = "mysql"
@@ -41,7 +42,7 @@ func init() {
 
 // parseTable returns the driver configuration and the options of a mysql:// URL.
 func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
-	q, err := dlock.ParseQuery(u, tlsurl.With("table")...)
+	q, err := dlock.ParseQuery(u, tlsurl.With("table", "fifo")...)
 	if err != nil {
 		return nil, nil, config{}, err
 	}
@@ -56,6 +57,13 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 	if t, ok := q["table"]; ok {
 		opts = append(opts, WithTable(t))
 	}
+	if v, ok := q["fifo"]; ok {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, nil, config{}, fmt.Errorf("%w: fifo=%q: want true or false", dlock.ErrInvalidURL, v)
+		}
+		opts = append(opts, WithFIFO(on))
+	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, nil, config{}, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
@@ -64,15 +72,17 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 }
 
 // declareTable: fencing (a per-name counter in the table), per-lease TTLs kept by the
-// database clock, refresh. InnoDB keeps the rows across a restart. Semaphores and
-// read-write locks are native (a second table), fenced, polled: no order, no writer
-// preference. Elections keep a row per term (election.go, a table of their own); a
-// set of keys is one statement (multi.go), each key with its own token.
+// database clock, refresh, and with fifo=true a queue served in arrival order (FIFO).
+// InnoDB keeps the rows across a restart. Semaphores and read-write locks are native
+// (a second table), fenced, polled: no order, no writer preference. Elections keep a
+// row per term (election.go, a table of their own); a set of keys is one statement
+// (multi.go), each key with its own token.
 func declareTable(u *url.URL) (spec.Capabilities, error) {
-	if _, _, _, err := parseTable(u); err != nil {
+	_, _, c, err := parseTable(u)
+	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: c.fifo,
 		Semaphore: &spec.Primitive{Native: true, Fencing: true},
 		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}},
 		Election:  &spec.Primitive{Native: true, Fencing: true},
@@ -88,7 +98,7 @@ func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureTable(ctx, db, c.table, opts); err != nil {
+	if err := ensureTable(ctx, db, c, opts); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -172,21 +182,29 @@ func openGetLock(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	return newGetLockLocker(db, c), nil
 }
 
-// ensureTable creates the lock table unless it exists: a table an administrator
-// created in advance needs no CREATE privilege (Migrate would need it even then:
-// the server checks it before it looks for the table). A user without privileges
-// on a missing table is told it is denied SELECT, not that the table is missing:
-// then too the table is created, or the CREATE's refusal returned.
-func ensureTable(ctx context.Context, db *sql.DB, table string, opts []Option) error {
-	_, err := db.ExecContext(ctx, "SELECT 1 FROM "+quoteIdent(table)+" LIMIT 0")
-	var me *mysql.MySQLError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erTableAccessDenied):
-		return Migrate(ctx, db, opts...)
+// ensureTable creates the lock table (and, in the fair mode, its queue table) unless
+// it exists: tables an administrator created in advance need no CREATE privilege
+// (Migrate would need it even then: the server checks it before it looks for the
+// table). A user without privileges on a missing table is told it is denied SELECT,
+// not that the table is missing: then too the tables are created, or the CREATE's
+// refusal returned.
+func ensureTable(ctx context.Context, db *sql.DB, c config, opts []Option) error {
+	tables := []string{c.table}
+	if c.fifo {
+		tables = append(tables, c.table+QueueSuffix)
 	}
-	return fmt.Errorf("mysqllock: table %s: %w", quoteIdent(table), err)
+	for _, table := range tables {
+		_, err := db.ExecContext(ctx, "SELECT 1 FROM "+quoteIdent(table)+" LIMIT 0")
+		var me *mysql.MySQLError
+		switch {
+		case err == nil:
+			continue
+		case errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erTableAccessDenied):
+			return Migrate(ctx, db, opts...)
+		}
+		return fmt.Errorf("mysqllock: table %s: %w", quoteIdent(table), err)
+	}
+	return nil
 }
 
 // The server's error numbers for a missing table (ER_NO_SUCH_TABLE) and a command

@@ -381,6 +381,96 @@ func cycleOnce(ctx context.Context, l dlock.Locker, k string) error {
 	return ls.Release(ctx)
 }
 
+// TestFairWaiterNeedsNoMessage: in the fair mode a waiter does not depend on the
+// release message. The holder's lock is deleted without one (as by an operator's
+// DEL; a lost message looks the same to the waiter), and the waiter still gets the
+// lock at its next renewal, a third of its TTL later — not at the holder's TTL.
+func TestFairWaiterNeedsNoMessage(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	admin := client(t, addr)
+	holder := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	waiter := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	defer holder.Close()
+	defer waiter.Close()
+	k := uniqueKey("fair-no-message")
+	if _, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	const waiterTTL = 900 * time.Millisecond // renews its place every 300ms
+	got := make(chan error, 1)
+	go func() {
+		ls, err := waiter.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(waiterTTL))
+		if err == nil {
+			err = ls.Release(ctxFor(t, 10*time.Second))
+		}
+		got <- err
+	}()
+	// Wait until the waiter has renewed its place once after joining (its deadline
+	// moved): it has subscribed and looked again, and now sleeps.
+	dl := redisops.DeadlineKey(k)
+	first := 0.0
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // the queue is the store's: nothing signals a change
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not join the queue and renew its place within 10s")
+		}
+		scores, err := admin.ZRangeWithScores(ctxFor(t, 10*time.Second), dl, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(scores) != 1 {
+			continue
+		}
+		if first == 0 {
+			first = scores[0].Score
+		} else if scores[0].Score != first {
+			break
+		}
+	}
+	deleted := time.Now()
+	if err := admin.Del(ctxFor(t, 10*time.Second), k).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	took := time.Since(deleted)
+	if took > 2*waiterTTL/3 {
+		t.Errorf("granted %v after the lock was deleted without a message, want within a renewal (%v)", took, waiterTTL/3)
+	}
+	t.Logf("granted %v after the silent delete (renewal every %v)", took, waiterTTL/3)
+}
+
+// TestFairWaiterLeaseCountsFromGrant: a waiter of the fair mode that waited longer
+// than its TTL gets a lease whose validity counts from the request that granted it,
+// not from the start of its wait (which would leave none: the grant would be given
+// back).
+func TestFairWaiterLeaseCountsFromGrant(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	holder := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	waiter := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	defer holder.Close()
+	defer waiter.Close()
+	k := uniqueKey("fair-validity")
+	const ttl = 500 * time.Millisecond
+	la, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(3*ttl, func() { _ = la.Release(context.Background()) })
+	t0 := time.Now()
+	ls, err := waiter.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("a waiter granted %v into its wait (ttl %v): %v", time.Since(t0), ttl, err)
+	}
+	granted := time.Now()
+	if d, _ := dlock.Deadline(ls); d.Sub(granted) < ttl/2 {
+		t.Errorf("granted after waiting %v: the lease's deadline is %v after the grant, want about its ttl %v", granted.Sub(t0), d.Sub(granted), ttl)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestTLSAndACLRefusals: the server of TestConformanceTLS refuses every client that
 // lacks one of its requirements, each refusal is an error that shows no password,
 // and skip-verify must be spelled out.

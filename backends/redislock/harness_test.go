@@ -118,8 +118,9 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // opened from url.
 type harness struct {
 	name      string
+	fifo      bool // WithFIFO(true); the harness counts the store's queue
 	newClient func(t testing.TB) redis.UniversalClient
-	url       string
+	url       string // when set, NewLocker opens it (fifo=true in it for the fair mode)
 	opts      []redislock.Option
 	admin     redis.UniversalClient // deletes keys behind the holders' backs
 }
@@ -132,10 +133,25 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 }
 
 func (h *harness) Capabilities() spec.Capabilities {
-	if h.url != "" {
+	switch {
+	case h.url != "":
 		return conformance.MustDeclare(h.url)
+	case h.fifo:
+		return conformance.MustDeclare("redis://127.0.0.1:6379?fifo=true")
 	}
 	return conformance.MustDeclare("redis://127.0.0.1:6379")
+}
+
+// Waiting counts the waiters in key's queue (the fair mode's).
+func (h *harness) Waiting(t testing.TB, key string) int { return waiting(t, h.admin, key) }
+
+// waiting counts the waiters in key's queue.
+func waiting(t testing.TB, c redis.UniversalClient, key string) int {
+	n, err := c.ZCard(ctxFor(t, 10*time.Second), redisops.QueueKey(key)).Result()
+	if err != nil {
+		t.Fatalf("ZCARD of %q's queue: %v", key, err)
+	}
+	return int(n)
 }
 
 func (h *harness) Name() string { return h.name }
@@ -160,6 +176,21 @@ func singleHarness(t testing.TB, addr string, opts ...redislock.Option) *harness
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, singleHarness(t, sharedRedis(t).Addr()))
+}
+
+// TestConformanceFIFO runs the suite on the fair mode (WithFIFO), on one server and
+// on a Redis Cluster (the queue sits in the lock key's hash slot).
+func TestConformanceFIFO(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		h := singleHarness(t, sharedRedis(t).Addr(), redislock.WithFIFO(true))
+		h.name, h.fifo = "redis (fifo)", true
+		conformance.Run(t, h)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		h := clusterHarness(t, redislock.WithFIFO(true))
+		h.name, h.fifo = "redis (cluster, fifo)", true
+		conformance.Run(t, h)
+	})
 }
 
 func clusterHarness(t testing.TB, opts ...redislock.Option) *harness {
@@ -208,10 +239,16 @@ func adminClient(t testing.TB, r *servers.Redis, pki *servers.PKI) *redis.Client
 
 // TestConformanceTLS runs the suite on Lockers opened from a rediss:// URL with a
 // CA, a client certificate and key, a server name and an ACL user of least
-// privilege, against a server that requires all of them.
+// privilege, against a server that requires all of them; the fair mode too
+// (fifo=true: its script's commands and queue keys are in the same ACL).
 func TestConformanceTLS(t *testing.T) {
 	r, pki, u := secureRedis(t)
-	conformance.Run(t, &harness{name: "redis (TLS, ACL user)", url: u, admin: adminClient(t, r, pki)})
+	t.Run("default", func(t *testing.T) {
+		conformance.Run(t, &harness{name: "redis (TLS, ACL user)", url: u, admin: adminClient(t, r, pki)})
+	})
+	t.Run("fifo", func(t *testing.T) {
+		conformance.Run(t, &harness{name: "redis (TLS, ACL user, fifo)", url: u + "&fifo=true", admin: adminClient(t, r, pki)})
+	})
 }
 
 // TestConformanceSentinel runs the suite on Lockers opened from a URL that names

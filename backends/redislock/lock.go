@@ -128,7 +128,14 @@ type redisLock struct {
 	d          *redisDriver
 	key, value string
 	token      uint64
+	fair       bool // granted from the queue (WithFIFO): a release names the next waiter
+	// validFrom is when the request that granted the lock was sent (fair mode: a
+	// waiter's grant comes long after its Acquire began).
+	validFrom time.Time
 }
+
+// ValidFrom is when the request that granted the lock was sent (driver.ValidFrom).
+func (l *redisLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *redisLock) Token() uint64 { return l.token }
 
@@ -139,5 +146,11 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *redisLock) Unlock(ctx context.Context) error {
-	return heldUnless(redisops.Release(ctx, l.d.c, l.key, l.value))
+	release := redisops.Release
+	if l.fair {
+		release = func(ctx context.Context, c redis.Scripter, key, value string) (bool, error) {
+			return redisops.FairRelease(ctx, c, key, value, false)
+		}
+	}
+	return heldUnless(release(ctx, l.d.c, l.key, l.value))
 }

@@ -24,6 +24,7 @@ import (
 // master they name through failovers. Query parameters (none required):
 //
 //	wait_replicas=N, wait_timeout=D   WithReplicaAck (D a Go duration >= 1ms, default 100ms)
+//	fifo=true|false                   the fair mode, WithFIFO (default false)
 //	cluster=true|false                Redis Cluster with one seed host (default: several hosts)
 //	sentinel_master=NAME              the master's name at the Sentinels the hosts are
 //	tls, tls_ca, tls_cert, tls_key, tls_server_name   TLS (see docs/connecting.md)
@@ -56,13 +57,14 @@ type redisURL struct {
 	cluster    bool          // a Cluster client
 	master     string        // sentinel_master: the hosts are Sentinels
 	ack        int           // wait_replicas
+	fifo       bool          // fifo (WithFIFO)
 	ackTimeout time.Duration // wait_timeout
 	variant    Variant       // redis+setnx only
 }
 
 func parseURL(u *url.URL) (redisURL, error) {
 	var r redisURL
-	known := []string{"wait_replicas", "wait_timeout"}
+	known := []string{"wait_replicas", "wait_timeout", "fifo"}
 	if u.Scheme == SchemeSETNX {
 		known = []string{"variant"}
 	}
@@ -99,6 +101,11 @@ func parseURL(u *url.URL) (redisURL, error) {
 			return r, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
 		}
 		return r, nil
+	}
+	if s, ok := q["fifo"]; ok {
+		if r.fifo, err = strconv.ParseBool(s); err != nil {
+			return r, fmt.Errorf("%w: fifo=%q: want true or false", dlock.ErrInvalidURL, s)
+		}
 	}
 	if s, ok := q["wait_replicas"]; ok {
 		if r.ack, err = strconv.Atoi(s); err != nil || r.ack < 0 {
@@ -170,17 +177,18 @@ func connect(ctx context.Context, u *url.URL) (redisURL, redis.UniversalClient, 
 
 var (
 	open = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
-		return New(c, WithReplicaAck(r.ack, r.ackTimeout), func(c *config) { c.ownsClient = true })
+		return New(c, WithReplicaAck(r.ack, r.ackTimeout), WithFIFO(r.fifo), func(c *config) { c.ownsClient = true })
 	})
 	openSETNX = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
 		return newSETNX(c, r.variant, true, time.Now)
 	})
 )
 
-// declare: fencing, per-lease TTLs, refresh; native semaphores and read-write
-// locks, fenced, without queue (no writer preference); elections (election.go) and
-// sets of keys in one script (multi.go; key by key across Redis Cluster slots). An
-// empty server comes back from a
+// declare: fencing, per-lease TTLs, refresh, and with fifo=true a queue served in
+// arrival order (FIFO); native semaphores and read-write locks, fenced, without
+// queue (no writer preference); elections (election.go) and sets of keys in one
+// script (multi.go; key by key across Redis Cluster slots). An empty server comes
+// back from a
 // restart without persistence (every lock gone), Redis expires keys by its wall
 // clock (a clock jump frees them), and, without wait_replicas, a promoted replica may
 // never have seen a lock.
@@ -189,7 +197,7 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
+	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: r.fifo,
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated},
 		// Native primitives, one script per operation; waiters poll (woken by
 		// releases), so neither order nor writer preference.

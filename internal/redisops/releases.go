@@ -30,10 +30,10 @@ type Releases struct {
 
 // topic is the state of one channel.
 type topic struct {
-	waiters    map[chan struct{}]struct{}
-	subscribed bool          // a SUBSCRIBE was sent after the last UNSUBSCRIBE
-	pending    int           // SUBSCRIBEs sent whose confirmation has not arrived
-	confirmed  chan struct{} // closed when pending drops to 0
+	waiters    map[chan struct{}]string // → the name it waits for ("" for every message)
+	subscribed bool                     // a SUBSCRIBE was sent after the last UNSUBSCRIBE
+	pending    int                      // SUBSCRIBEs sent whose confirmation has not arrived
+	confirmed  chan struct{}            // closed when pending drops to 0
 }
 
 // NewReleases returns a Releases that subscribes through c when first asked.
@@ -44,14 +44,21 @@ func NewReleases(c redis.UniversalClient) *Releases {
 // ErrClosed is returned by Subscribe after Close.
 var ErrClosed = errors.New("redisops: releases closed")
 
-// Subscribe starts listening for releases of key's lock. It returns once the server
+// Subscribe starts listening for releases of key's lock: SubscribeFor(ctx, key, "").
+func (r *Releases) Subscribe(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error) {
+	return r.SubscribeFor(ctx, key, "")
+}
+
+// SubscribeFor starts listening for releases of key's lock. It returns once the server
 // has confirmed the subscription (or ctx ends, or MaxConfirmWait passes, or the
 // subscription could not be sent: the channel then starts working once the
 // connection is back), so that a
 // release published after Subscribe returned is not missed while the connection
 // stays up. wake receives (without blocking the sender; it holds one value) on each
-// release and after each reconnection. stop must be called.
-func (r *Releases) Subscribe(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error) {
+// release and after each reconnection. stop must be called. With a name, wake
+// receives only the messages that carry that name or none (the FIFO mode's release
+// names the waiter whose turn it is: the others need not look).
+func (r *Releases) SubscribeFor(ctx context.Context, key, name string) (wake <-chan struct{}, stop func(), err error) {
 	ch := Channel(key)
 	w := make(chan struct{}, 1)
 	r.mu.Lock()
@@ -61,10 +68,10 @@ func (r *Releases) Subscribe(ctx context.Context, key string) (wake <-chan struc
 	}
 	t := r.topics[ch]
 	if t == nil {
-		t = &topic{waiters: map[chan struct{}]struct{}{}}
+		t = &topic{waiters: map[chan struct{}]string{}}
 		r.topics[ch] = t
 	}
-	t.waiters[w] = struct{}{}
+	t.waiters[w] = name
 	var sendErr error
 	if !t.subscribed {
 		t.subscribed = true
@@ -141,7 +148,7 @@ func (r *Releases) receive(msgs <-chan any) {
 		case *redis.Message:
 			r.mu.Lock()
 			if t := r.topics[m.Channel]; t != nil {
-				t.wake()
+				t.wake(m.Payload)
 			}
 			r.mu.Unlock()
 		}
@@ -159,7 +166,7 @@ func (r *Releases) confirm(ch string) {
 	if t.pending == 0 {
 		// Not one we sent: go-redis subscribed again after a reconnection, and any
 		// release while the connection was down went unheard.
-		t.wake()
+		t.wake("")
 		return
 	}
 	t.pending--
@@ -172,8 +179,12 @@ func (r *Releases) confirm(ch string) {
 	}
 }
 
-func (t *topic) wake() {
-	for w := range t.waiters {
+// wake wakes the waiters for a message naming name ("" for everyone).
+func (t *topic) wake(name string) {
+	for w, only := range t.waiters {
+		if name != "" && only != "" && only != name {
+			continue
+		}
 		select {
 		case w <- struct{}{}:
 		default:
