@@ -30,6 +30,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/servers"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -79,6 +81,8 @@ func register(c *command) {
 // os.Stderr. The "check" command re-executes the running binary, which must call
 // Main: the child is recognized by its environment before Main parses anything.
 func Main(args []string) int {
+	// The benchmarks' etcd member runs in a process of this binary of its own.
+	servers.EtcdMemberMain()
 	if os.Getenv(checkChildEnv) != "" {
 		// This process is the child of "dlock check" that runs the suite. It is
 		// recognized here, not in an init function, so that every package of the

@@ -20,6 +20,7 @@ import (
 // TestMain stops the servers the tests and benchmarks started, then checks that no
 // goroutine is left.
 func TestMain(m *testing.M) {
+	servers.EtcdMemberMain() // the etcd member processes the benchmarks start run this binary
 	code := m.Run()
 	shared.Lock()
 	if shared.e != nil {
