@@ -204,14 +204,22 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	}
 	s := lk.s
 	us := micros(ttl)
+	// A statement that can take the lock runs to its answer even when ctx ends
+	// first (bounded by tidyTimeout): cut off by the client, it could still run on
+	// the server after a later release and take the lock for a caller that gave up,
+	// and a clean-up sent meanwhile on another connection could run before it. Its
+	// answer comes one round trip later; a lock it took is then freed before TryLock
+	// returns (settled).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tidyTimeout)
+	defer cancel()
 	if d.hinted(key) {
-		res, err := exec(ctx, s.take, lk.owner[:], us, lk.key)
+		res, err := exec(sctx, s.take, lk.owner[:], us, lk.key)
 		if ok, err := affected(res, err); err != nil || ok {
-			return lk.granted(ctx, res, err)
+			return lk.settled(ctx, sctx, res, err)
 		}
 		// Held, or the row is gone: acquireSQL tells which.
 	}
-	res, err := exec(ctx, s.acquire, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
+	res, err := exec(sctx, s.acquire, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
 	if err == nil {
 		var id int64
 		if id, err = res.LastInsertId(); err == nil && id&busyFlag != 0 {
@@ -219,7 +227,21 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 			return nil, driver.Busy(time.Duration(id&^busyFlag) * time.Microsecond)
 		}
 	}
-	return lk.granted(ctx, res, err)
+	return lk.settled(ctx, sctx, res, err)
+}
+
+// settled is granted for a statement run with sctx on behalf of a caller whose
+// ctx may have ended meanwhile: then a lock the statement took is released (with
+// sctx) and the caller gets ctx's error.
+func (l *tableLock) settled(ctx, sctx context.Context, res sql.Result, err error) (driver.Lock, error) {
+	lk, err := l.granted(sctx, res, err)
+	if err != nil || ctx.Err() == nil {
+		return lk, err
+	}
+	if uerr := lk.Unlock(sctx); uerr != nil && !errors.Is(uerr, dlock.ErrNotHeld) {
+		l.tidyUp()
+	}
+	return nil, fmt.Errorf("mysqllock: acquire: %w", context.Cause(ctx))
 }
 
 // granted finishes a statement that took the lock unless it failed: the token is
