@@ -53,7 +53,7 @@ const (
 	Redis5    Store = "redis5"    // five independent Redis masters
 	MySQL     Store = "mysql"     // one MariaDB/MySQL, a fresh database per run
 	ZooKeeper Store = "zookeeper" // one standalone ZooKeeper
-	Etcd      Store = "etcd"      // one etcd member (embedded in this process)
+	Etcd      Store = "etcd"      // one etcd member, a process of its own (servers.StartEtcdCluster)
 )
 
 // Endpoints are the addresses of one set of servers. A crash measurement builds a
