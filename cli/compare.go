@@ -68,8 +68,8 @@ Backends (--backends, comma-separated; default all):
 
 Scenarios (--scenarios, comma-separated; default all):
   SCENARIOS
-  A fault scenario runs on the semaphores and read-write locks too (their
-  Semaphore…/RW… mirrors).
+  A fault scenario runs on the primitives too (their Semaphore…, RW… and
+  Election… mirrors); a mirror may also be chosen alone (ElectionPartition).
 
 Examples:
   dlock compare                                  everything (tens of minutes)
@@ -293,9 +293,13 @@ func allScenarios() []string {
 	return append(s, scenarioBench)
 }
 
-// chooseScenarios parses --scenarios (names are matched without regard to case).
+// chooseScenarios parses --scenarios (names are matched without regard to case):
+// those of allScenarios, and a primitive's scenario alone (ElectionPartition).
 func chooseScenarios(list string) ([]string, error) {
 	known := allScenarios()
+	for _, s := range spec.PrimitiveScenarios {
+		known = append(known, string(s))
+	}
 	var out []string
 	for _, name := range benchSplit(list) {
 		if name == "all" {
@@ -327,15 +331,17 @@ func runPattern(scen []string) string {
 			faults = append(faults, string(s))
 		}
 	}
-	for _, s := range slices.Concat(spec.SemaphoreScenarios, spec.RWLockScenarios) {
-		if slices.Contains(scen, string(spec.MutexScenarioOf(s))) { // a scenario runs on the primitives too
+	for _, s := range spec.PrimitiveScenarios {
+		// A scenario runs on the primitives too; a primitive's scenario may be
+		// chosen alone.
+		if slices.Contains(scen, string(spec.MutexScenarioOf(s))) || slices.Contains(scen, string(s)) {
 			faults = append(faults, string(s))
 		}
 	}
 	switch {
 	case !conf && len(faults) == 0:
 		return ""
-	case conf && len(faults) == len(spec.Scenarios)+len(spec.SemaphoreScenarios)+len(spec.RWLockScenarios):
+	case conf && len(faults) == len(spec.Scenarios)+len(spec.PrimitiveScenarios):
 		return "^(TestConformance.*|TestFaults)$"
 	case len(faults) == 0:
 		return "^TestConformance.*$"
@@ -344,7 +350,7 @@ func runPattern(scen []string) string {
 	names := faults
 	if conf {
 		top = "TestConformance.*|TestFaults"
-		for _, p := range slices.Concat(spec.Properties, spec.SemaphoreProperties, spec.RWLockProperties) {
+		for _, p := range slices.Concat(spec.Properties, spec.PrimitiveProperties) {
 			names = append(names, string(p))
 		}
 	}
