@@ -139,6 +139,10 @@ type Capabilities struct {
 	// ahead, a lock deleted behind its holder's back, a client cut off the network).
 	// A run without that harness (`dlock check`) checks them as guarantees.
 	HarnessOnly []Property
+	// SometimesWeak: properties the backend violates in some runs and not in others
+	// (a race the check's trials may or may not hit). Both outcomes agree with the
+	// declaration; the report says which one this run saw.
+	SometimesWeak []Property
 	// FaultOutcomes overrides what a scenario is expected to show (by default every
 	// guarantee holds, except that an unfenced resource sees a paused holder's
 	// write; see Expect).
