@@ -204,14 +204,16 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	}
 	s := lk.s
 	us := micros(ttl)
-	// A statement that can take the lock runs to its answer even when ctx ends
-	// first (bounded by tidyTimeout): cut off by the client, it could still run on
-	// the server after a later release and take the lock for a caller that gave up,
-	// and a clean-up sent meanwhile on another connection could run before it. Its
-	// answer comes one round trip later; a lock it took is then freed before TryLock
-	// returns (settled).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tidyTimeout)
+	// A statement that can take the lock gets settleGrace past the end of ctx to
+	// answer: cut off by the client at once, it could still run on the server after
+	// a later release and take the lock for a caller that gave up, and a clean-up
+	// sent meanwhile on another connection could run before it. An answer within
+	// the grace (one round trip on a live server) lets a lock it took be freed before
+	// TryLock returns (settled); on a stalled network it is cut off after the grace
+	// and cleaned up in the background, as before.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(settleGrace, cancel) })()
 	if d.hinted(key) {
 		res, err := exec(sctx, s.take, lk.owner[:], us, lk.key)
 		if ok, err := affected(res, err); err != nil || ok {
@@ -391,6 +393,10 @@ func (d *tableDriver) inBackground(f func(ctx context.Context)) {
 		f(ctx)
 	}()
 }
+
+// settleGrace is how long a statement that can take the lock may still answer
+// after its caller's ctx ended (see TryLock).
+const settleGrace = 100 * time.Millisecond
 
 // tidyTimeout bounds the clean-up after an interrupted request.
 const tidyTimeout = 2 * time.Second
