@@ -93,28 +93,13 @@ func migrateElections(ctx context.Context, db *sql.DB, table string) error {
 }
 
 // electionStmts prepares the statements on the elections table on first use (the
-// table is Migrate's, as the lock table is); a failure is returned and tried again
-// next time.
+// table is Migrate's, as the lock table is).
 func (d *tableDriver) electionStmts(ctx context.Context) (*electionStatements, error) {
-	if _, err := d.stmts(ctx); err != nil { // the lock table (and, WithMigrate, every table)
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, dlock.ErrClosed
-	}
-	if d.elections != nil {
-		return d.elections, nil
-	}
-	var s electionStatements
-	if err := d.prepareOn(ctx, d.electionTable(), []stmtDef{{&s.campaign, campaignSQL}, {&s.refresh, termRefreshSQL},
-		{&s.resign, termResignSQL}, {&s.tidy, termTidySQL}, {&s.leader, leaderSQL}, {&s.last, lastTermSQL},
-		{&s.terms, termsSQL}, {&s.prune, pruneSQL}}); err != nil {
-		return nil, err
-	}
-	d.elections = &s
-	return &s, nil
+	return prepareOnce(ctx, d, &d.elections, d.electionTable(), func(s *electionStatements) []stmtDef {
+		return []stmtDef{{&s.campaign, campaignSQL}, {&s.refresh, termRefreshSQL},
+			{&s.resign, termResignSQL}, {&s.tidy, termTidySQL}, {&s.leader, leaderSQL}, {&s.last, lastTermSQL},
+			{&s.terms, termsSQL}, {&s.prune, pruneSQL}}
+	})
 }
 
 func (d *tableDriver) TryCampaign(ctx context.Context, name, value string, ttl time.Duration) (driver.Lock, error) {

@@ -94,7 +94,17 @@ func (s *primStatements) close() {
 
 // primStmts prepares the primitives' statements on first use.
 func (d *tableDriver) primStmts(ctx context.Context) (*primStatements, error) {
-	if _, err := d.stmts(ctx); err != nil { // the lock table (and, WithMigrate, both tables)
+	return prepareOnce(ctx, d, &d.prims, HoldersTable(d.cfg.table), func(s *primStatements) []stmtDef {
+		return []stmtDef{{&s.rows, primRowsSQL}, {&s.grant, primGrantSQL},
+			{&s.sweep, primSweepSQL}, {&s.refresh, primRefreshSQL}, {&s.release, primReleaseSQL}, {&s.tidy, primTidySQL}}
+	})
+}
+
+// prepareOnce returns *slot, first preparing a T's statements (defs) on table once
+// the lock table's are (the lock table, and WithMigrate every table, exists then);
+// a failure is returned and tried again next time.
+func prepareOnce[T any](ctx context.Context, d *tableDriver, slot **T, table string, defs func(*T) []stmtDef) (*T, error) {
+	if _, err := d.stmts(ctx); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
@@ -102,16 +112,15 @@ func (d *tableDriver) primStmts(ctx context.Context) (*primStatements, error) {
 	if d.closed {
 		return nil, dlock.ErrClosed
 	}
-	if d.prims != nil {
-		return d.prims, nil
+	if *slot != nil {
+		return *slot, nil
 	}
-	var s primStatements
-	if err := d.prepareOn(ctx, HoldersTable(d.cfg.table), []stmtDef{{&s.rows, primRowsSQL}, {&s.grant, primGrantSQL},
-		{&s.sweep, primSweepSQL}, {&s.refresh, primRefreshSQL}, {&s.release, primReleaseSQL}, {&s.tidy, primTidySQL}}); err != nil {
+	s := new(T)
+	if err := d.prepareOn(ctx, table, defs(s)); err != nil {
 		return nil, err
 	}
-	d.prims = &s
-	return &s, nil
+	*slot = s
+	return s, nil
 }
 
 func (d *tableDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
