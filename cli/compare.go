@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/bench"
 	"github.com/dlock-go/dlock/internal/report"
 	"github.com/dlock-go/dlock/spec"
 )
@@ -36,7 +37,10 @@ Put every backend and peer side by side, on real servers, under real faults:
      expiry, fencing, ...) for each backend: scenario "Conformance";
   2. the fault campaign: holder crash (SIGKILL) and pause (SIGSTOP), server restart,
      replica failover, network partition, quorum loss, leader kill, clock jump;
-  3. the benchmarks (latency, contended hand-offs per second): scenario "Bench".
+  3. the benchmarks (latency, contended hand-offs per second, cost with 8, 32 and
+     100 waiters, the speed targets): scenario "Bench". They start only once the
+     machine is quiet (one-minute load average below --max-load, waited for up to
+     3 minutes; --force runs them anyway and the report says they are not quiet).
 
 Steps 1 and 2 run the project's own test packages ("go test -json -run
 'TestConformance|TestFaults'"), so dlock compare needs a source checkout of dlock and
@@ -92,6 +96,8 @@ type compareConfig struct {
 	trials              int
 	duration            time.Duration
 	out, from           string
+	maxLoad             float64
+	force               bool
 }
 
 var compareCfg compareConfig
@@ -104,6 +110,8 @@ func compareFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.trials, "trials", 5, "trials per fault scenario")
 	fs.DurationVar(&c.duration, "duration", 0, "how long each benchmark measurement runs (default: the benchmarks' own)")
 	fs.StringVar(&c.out, "out", "report", "`directory` for report.json, report.md, report.html")
+	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this, and fail if it does not")
+	fs.BoolVar(&c.force, "force", false, "run the benchmarks even above --max-load (the report says they are not quiet)")
 	fs.StringVar(&c.from, "from", "", "render the report from the JSON files in `DIR` without running anything")
 }
 
@@ -148,7 +156,7 @@ func compareCommand(fs *flag.FlagSet) int {
 	if c.from != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, n := range []string{"backends", "scenarios", "trials", "duration"} {
+		for _, n := range []string{"backends", "scenarios", "trials", "duration", "max-load", "force"} {
 			if set[n] {
 				return cmd.usageError(os.Stderr, "--from renders an earlier run; it cannot be combined with --"+n)
 			}
@@ -165,6 +173,9 @@ func compareCommand(fs *flag.FlagSet) int {
 	}
 	if c.duration < 0 {
 		return cmd.usageError(os.Stderr, "--duration must not be negative")
+	}
+	if c.maxLoad <= 0 {
+		return cmd.usageError(os.Stderr, "--max-load must be positive")
 	}
 	chosen, err := chooseTargets(c.backends)
 	if err != nil {
@@ -210,7 +221,7 @@ func compareCommand(fs *flag.FlagSet) int {
 		}
 	}
 	if slices.Contains(scen, scenarioBench) && ctx.Err() == nil {
-		speed, err := runBench(ctx, chosen, c.duration, c.trials, prog)
+		speed, err := runBench(ctx, chosen, c.duration, c.trials, c.maxLoad, c.force, prog)
 		if err != nil {
 			r.Failures = append(r.Failures, "benchmarks: "+err.Error())
 		}

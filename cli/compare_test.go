@@ -21,7 +21,7 @@ import (
 func TestCompareSubset(t *testing.T) {
 	out := t.TempDir()
 	code, stdout, stderr := runLong(t, 5*time.Minute, "", nil, "compare", "--backends", "mem,redis",
-		"--scenarios", "HolderCrash,Bench", "--trials", "1", "--duration", "200ms", "--out", out)
+		"--scenarios", "HolderCrash,Bench", "--trials", "1", "--duration", "200ms", "--force", "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}

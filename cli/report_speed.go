@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,15 +18,15 @@ import (
 // trials bounds the crash measurement's trials. Failed measurements are notes of
 // the speed table; rows skipped for a missing server are notes too, and an error
 // under DLOCK_REQUIRE_SERVERS=1.
-func runBench(ctx context.Context, chosen []target, d time.Duration, trials int, prog *progress) (*report.Speed, error) {
+func runBench(ctx context.Context, chosen []target, d time.Duration, trials int, maxLoad float64, force bool, prog *progress) (*report.Speed, error) {
 	prog.start("benchmarks")
 	defer servers.Shutdown()
-	cfg := bench.Config{Duration: d, CrashTrials: min(trials, bench.DefaultConfig.CrashTrials)}
+	cfg := bench.Config{Duration: d, CrashTrials: min(trials, bench.DefaultConfig.CrashTrials), MaxLoad: maxLoad, Force: force}
 	for _, t := range chosen {
 		cfg.Targets = append(cfg.Targets, t.Bench...)
 	}
 	res, err := bench.Run(ctx, cfg, func(line string) { prog.line("benchmarks", line) })
-	if res == nil {
+	if res == nil || errors.Is(err, bench.ErrBusy) {
 		return nil, err
 	}
 	speed := speedOf(res)
@@ -97,10 +98,21 @@ func speedOf(res *bench.Results) *report.Speed {
 		if k != nil && r.Kind != bench.Raw {
 			s.Handoffs = append(s.Handoffs, report.Rate{Backend: r.Name, Clients: k.Clients, PerSecond: k.Rate})
 		}
+		if r.Scaling != nil {
+			for _, p := range r.Scaling.Points {
+				s.Scaling = append(s.Scaling, report.ScalePoint{Backend: r.Name, Waiters: p.Waiters, Handoffs: p.TransferRate, PerHandoff: p.PerHandoff})
+			}
+		}
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("Benchmarks: %s, %d CPUs (%s), load %s → %s; each contended and many-keys measurement ran %v. "+
+	for _, ch := range res.Checks {
+		s.Targets = append(s.Targets, report.Target{Claim: ch.Claim, Value: ch.Value, Values: ch.Values, Limit: ch.Limit, AtMost: ch.AtMost, Met: ch.Met, Missing: ch.Missing})
+	}
+	s.Load = &report.Load{Before: res.Load.Before, After: res.Load.After, Limit: res.Load.Limit, Forced: res.Load.Forced, Quiet: res.Load.Quiet()}
+	s.Notes = append(s.Notes, fmt.Sprintf("Benchmarks: %s, %d CPUs (%s), load %s → %s; each contended and many-keys measurement ran %v; "+
+		"the uncontended and contended measurements ran %d times, each row shows its median repetition. "+
 		"Absolute times depend on the machine and its load: compare ratios within this run only.",
-		res.Started.Format(time.RFC3339), res.Machine.CPUs, res.Machine.CPU, res.Machine.LoadBefore, res.Machine.LoadAfter, c.Duration))
+		res.Started.Format(time.RFC3339), res.Machine.CPUs, res.Machine.CPU, res.Machine.LoadBefore, res.Machine.LoadAfter, c.Duration, c.Repeat),
+		res.Load.Sentence())
 	return s
 }
 

@@ -54,6 +54,8 @@ var (
 //	matrix:WHICH:PREFIX                                    …of the backends named PREFIX…
 //	speed                                                  the speed table
 //	speed:WORD,WORD                                        …its columns named with a WORD
+//	scaling                                                hand-offs/s and requests per hand-off by waiters
+//	targets                                                the speed targets and whether each was met
 //	evidence:BACKEND                                       BACKEND's fault evidence
 //	run                                                    when, where and how the report was made
 //	readme-backends                                        the README's backend table
@@ -76,6 +78,16 @@ func Render(name string, r *report.Report) (string, error) {
 			return t, nil
 		}
 		return "", fmt.Errorf("the report has no speed table (or no column with %q)", arg)
+	case "scaling":
+		if t := r.ScalingMarkdown(); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("the report has no scaling measurement")
+	case "targets":
+		if t := r.TargetsMarkdown(); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("the report has no speed targets")
 	case "evidence":
 		ev := r.EvidenceMarkdown(arg)
 		if ev == "" {

@@ -43,8 +43,45 @@ type Speed struct {
 	// Latency: the uncontended acquire+release latency of each backend.
 	Latency []Latency `json:"latency,omitempty"`
 	// Handoffs: contended hand-offs per second of each backend.
-	Handoffs []Rate   `json:"handoffs,omitempty"`
-	Notes    []string `json:"notes,omitempty"`
+	Handoffs []Rate `json:"handoffs,omitempty"`
+	// Scaling: contended hand-offs/s and store requests per hand-off of each
+	// backend with more and more waiters on one key.
+	Scaling []ScalePoint `json:"scaling,omitempty"`
+	// Targets: the speed targets, each a ratio measured in this run.
+	Targets []Target `json:"targets,omitempty"`
+	// Load: the machine's load average around the benchmarks, and whether they
+	// started below the limit (quiet). Nil in reports older than the limit.
+	Load  *Load    `json:"load,omitempty"`
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ScalePoint is one backend's contended figures with Waiters clients on one key.
+type ScalePoint struct {
+	Backend    string  `json:"backend"`
+	Waiters    int     `json:"waiters"`
+	Handoffs   float64 `json:"handoffs_per_second"`
+	PerHandoff float64 `json:"requests_per_handoff,omitempty"` // store requests per hand-off; 0 where not counted
+}
+
+// Target is one speed target: a ratio of this run against its limit.
+type Target struct {
+	Claim  string    `json:"claim"`
+	Value  float64   `json:"value,omitempty"` // the median over the repetitions
+	Values []float64 `json:"values,omitempty"`
+	Limit  float64   `json:"limit"`
+	AtMost bool      `json:"at_most,omitempty"`
+	Met    bool      `json:"met"`
+	// Missing names the side of the ratio that was not measured.
+	Missing string `json:"missing,omitempty"`
+}
+
+// Load is the load average around a benchmark run.
+type Load struct {
+	Before string  `json:"before"`
+	After  string  `json:"after"`
+	Limit  float64 `json:"limit"`
+	Forced bool    `json:"forced,omitempty"`
+	Quiet  bool    `json:"quiet"` // started below Limit, not forced
 }
 
 // SpeedRow is one backend's row of the speed table.

@@ -26,6 +26,12 @@ func (r *Report) Markdown() string {
 	}
 	if r.Speed != nil {
 		b.WriteString("\n## Speed\n\n" + r.SpeedMarkdown())
+		if s := r.ScalingMarkdown(); s != "" {
+			b.WriteString("\n### More waiters on one key\n\n" + s)
+		}
+		if s := r.TargetsMarkdown(); s != "" {
+			b.WriteString("\n### Speed targets\n\n" + s)
+		}
 	}
 	if ev := r.evidence(""); len(ev) > 0 {
 		b.WriteString("\n## Evidence and notes\n\n")
@@ -144,6 +150,90 @@ func (r *Report) SpeedColumnsMarkdown(words []string) string {
 	}
 	for _, n := range r.Speed.Notes {
 		fmt.Fprintf(&b, "\n%s\n", n)
+	}
+	return b.String()
+}
+
+// ScalingMarkdown renders the scaling measurement: a row per backend, a column per
+// number of waiters with its hand-offs/s and store requests per hand-off ("" when
+// the report has none).
+func (r *Report) ScalingMarkdown() string {
+	if r.Speed == nil || len(r.Speed.Scaling) == 0 {
+		return ""
+	}
+	var waiters []int
+	var backends []string
+	at := map[string]map[int]ScalePoint{}
+	for _, p := range r.Speed.Scaling {
+		if !slices.Contains(waiters, p.Waiters) {
+			waiters = append(waiters, p.Waiters)
+		}
+		if at[p.Backend] == nil {
+			backends = append(backends, p.Backend)
+			at[p.Backend] = map[int]ScalePoint{}
+		}
+		at[p.Backend][p.Waiters] = p
+	}
+	slices.Sort(waiters)
+	var b strings.Builder
+	b.WriteString("| backend |")
+	for _, w := range waiters {
+		fmt.Fprintf(&b, " %d waiters: hand-offs/s | requests per hand-off |", w)
+	}
+	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("--:|--:|", len(waiters)))
+	for _, be := range backends {
+		fmt.Fprintf(&b, "| %s |", be)
+		for _, w := range waiters {
+			p, ok := at[be][w]
+			switch {
+			case !ok:
+				b.WriteString(" – | – |")
+			case p.PerHandoff > 0:
+				fmt.Fprintf(&b, " %.0f | %.1f |", p.Handoffs, p.PerHandoff)
+			default:
+				fmt.Fprintf(&b, " %.0f | – |", p.Handoffs)
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nHand-offs: grants to another client than the previous holder. Requests: what the store's servers counted during the measurement (Redis commands, MySQL statements, ZooKeeper packets, etcd gRPC messages), renewals and wake-ups included.\n")
+	return b.String()
+}
+
+// TargetsMarkdown renders the speed targets: each ratio measured in the run, its
+// repetitions, the limit and whether it was met ("" when the report has none).
+func (r *Report) TargetsMarkdown() string {
+	if r.Speed == nil || len(r.Speed.Targets) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| target | measured (median) | each repetition | limit | met |\n|---|--:|---|--:|---|\n")
+	for _, t := range r.Speed.Targets {
+		v, met := fmt.Sprintf("%.2f", t.Value), "no"
+		if t.Met {
+			met = "yes"
+		}
+		if t.Missing != "" {
+			v, met = "–", "not measured ("+t.Missing+")"
+		}
+		var each []string
+		if len(t.Values) > 1 {
+			for _, x := range t.Values {
+				each = append(each, fmt.Sprintf("%.2f", x))
+			}
+		}
+		op := "≥"
+		if t.AtMost {
+			op = "≤"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s %.2f | %s |\n", strings.ReplaceAll(t.Claim, "|", `\|`), v, strings.Join(each, ", "), op, t.Limit, met)
+	}
+	if l := r.Speed.Load; l != nil {
+		q := "quiet"
+		if !l.Quiet {
+			q = "NOT quiet"
+		}
+		fmt.Fprintf(&b, "\nLoad average %s before the benchmarks, %s after (limit %.2f): %s.\n", l.Before, l.After, l.Limit, q)
 	}
 	return b.String()
 }

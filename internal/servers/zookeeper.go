@@ -212,6 +212,13 @@ func (z *ZooKeeper) FourLetter(ctx context.Context, cmd string) (string, error) 
 	return fourLetter(ctx, z.addr, tc, cmd)
 }
 
+// FourLetterAt sends a four-letter-word command to the ZooKeeper server at addr
+// (host:port, no TLS) and returns the answer: for a server dlock did not start, such
+// as one named by DLOCK_ZK_ADDRS. The server must allow cmd (4lw.commands.whitelist).
+func FourLetterAt(ctx context.Context, addr, cmd string) (string, error) {
+	return fourLetter(ctx, addr, nil, cmd)
+}
+
 func fourLetter(ctx context.Context, addr string, tc *tls.Config, cmd string) (string, error) {
 	var d net.Dialer
 	var c net.Conn
