@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"slices"
 	"sync"
 	"time"
 
@@ -256,17 +257,38 @@ func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, pr
 }
 
 // waitPreds waits until at most keep of preds exist and returns a revision at
-// which that was so. With keep 0 it watches each one in turn, the last first (no
-// herd: a release wakes one waiter); otherwise it watches the whole queue.
+// which that was so. With keep 0 it watches the latest of preds still there, then
+// reads once which of the others are left (most are gone by then: they held the
+// lock before it), and so on: a release wakes one waiter, and a hand-off costs a
+// waiter one watch and one read however long the queue. Otherwise it watches the
+// whole queue.
 func (d *etcdDriver) waitPreds(ctx context.Context, queue string, rev int64, preds []*mvccpb.KeyValue, keep int) (int64, error) {
 	last := rev
 	if keep == 0 {
-		for i := len(preds) - 1; i >= 0; i-- {
-			at, err := d.waitGone(ctx, preds[i], 0)
+		left := slices.Clone(preds) // by create revision, ascending
+		for len(left) > 0 {
+			at, err := d.waitGone(ctx, left[len(left)-1], 0)
 			if err != nil {
 				return 0, err
 			}
 			last = max(last, at)
+			left = left[:len(left)-1]
+			if len(left) == 0 {
+				break
+			}
+			resp, err := d.cli.Get(ctx, queue, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1))
+			if err != nil {
+				if err := pause(ctx, retryPause); err != nil {
+					return 0, err
+				}
+				continue // no read: wait for the next one in turn (it returns at once if gone)
+			}
+			present := map[string]int64{}
+			for _, kv := range resp.Kvs {
+				present[string(kv.Key)] = kv.CreateRevision
+			}
+			left = slices.DeleteFunc(left, func(kv *mvccpb.KeyValue) bool { return present[string(kv.Key)] != kv.CreateRevision })
+			last = max(last, resp.Header.Revision)
 		}
 		return last, nil
 	}
