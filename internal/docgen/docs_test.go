@@ -28,6 +28,11 @@ func TestDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The committed speed figures come from a quiet machine: the benchmarks started
+	// below their load limit and were not forced.
+	if r.Speed == nil || r.Speed.Load == nil || !r.Speed.Load.Quiet || r.Speed.Load.Forced {
+		t.Errorf("%s: the speed figures were not measured on a quiet machine (speed load: %+v): run the benchmarks again with nothing else running", path, r.Speed)
+	}
 	files, err := Documents(root)
 	if err != nil {
 		t.Fatal(err)
