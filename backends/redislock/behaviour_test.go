@@ -680,3 +680,57 @@ func TestInspect(t *testing.T) {
 		}
 	})
 }
+
+// TestFairReleaseWakesOnlyTheHead: in the fair mode a release tells the first waiter
+// on a channel of its own (redisops.TurnChannel), so the waiters behind it are not
+// woken — one wake-up per hand-off however many wait — while a listener of the
+// key's channel (a waiter of the other mode) still hears every release.
+func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := redis.NewClient(&redis.Options{Addr: sharedRedis(t).Addr()})
+	defer c.Close()
+	rel := redisops.NewReleases(c)
+	defer rel.Close()
+	key := uniqueKey("fair-wake")
+	if res, err := redisops.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 10*time.Second); err != nil || !res.Acquired {
+		t.Fatalf("holder: %+v, %v", res, err)
+	}
+	for _, w := range []string{"first", "second"} {
+		if res, err := redisops.FairAcquire(ctx, c, key, w, 10*time.Second, true, 10*time.Second); err != nil || res.Acquired {
+			t.Fatalf("%s queues: %+v, %v", w, res, err)
+		}
+	}
+	first, stop1, err := rel.SubscribeTurn(ctx, key, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop1()
+	second, stop2, err := rel.SubscribeTurn(ctx, key, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	any, stop3, err := rel.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
+	if ok, err := redisops.FairRelease(ctx, c, key, "holder", false); err != nil || !ok {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	for name, ch := range map[string]<-chan struct{}{"the first waiter": first, "the key's channel": any} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("%s was not told of the release", name)
+		}
+	}
+	// The first waiter's message and the key channel's were published by the same
+	// script after any to the second waiter would have been: both have arrived, so
+	// a wake-up of the second would be in its channel by now.
+	select {
+	case <-second:
+		t.Error("the second waiter was woken by a release that was not its turn")
+	default:
+	}
+}

@@ -41,7 +41,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 		return lk, waitErr(ctx, err)
 	}
 	var wake <-chan struct{}
-	if w, stop, err := d.releases.SubscribeFor(ctx, key, value); err == nil {
+	if w, stop, err := d.releases.SubscribeTurn(ctx, key, value); err == nil {
 		defer stop()
 		wake = w
 	} // else the Locker is closing: ctx ends the wait

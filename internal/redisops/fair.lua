@@ -16,9 +16,11 @@
 --
 -- 'release' and 'leave' (ARGV[3] the release channel): delete the lock if it holds
 -- the caller's value; 'leave' also takes the caller out of the queue (a wait that
--- ended). When the lock is then free and someone waits, publish the first waiter's
--- name on the channel (it takes the lock; the others need not look); after a
--- release with no one waiting publish '' (whoever listens may look). Returns 1 if
+-- ended). When the lock is then free and someone waits, publish on the first
+-- waiter's own channel (ARGV[3] .. '#' .. its name: only it listens there, so a
+-- release reaches one waiter however many wait) and its name on the key's channel
+-- (for waiters of the other mode, which look at every release); after a release
+-- with no one waiting publish '' on the key's channel (whoever listens may look). Returns 1 if
 -- it deleted the lock, else 0.
 if redis.replicate_commands then
   redis.replicate_commands() -- Redis before 5: writes after TIME need it
@@ -44,6 +46,9 @@ if op == 'release' or op == 'leave' then
     return 0
   end
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head then
+    redis.call('PUBLISH', ARGV[3] .. '#' .. head, '')
+  end
   if head or held then
     redis.call('PUBLISH', ARGV[3], head or '')
   end

@@ -85,6 +85,11 @@ func tagged(prefix, key string) string {
 // key's lock was released.
 func Channel(key string) string { return ChannelPrefix + key }
 
+// TurnChannel returns the channel on which the fair mode's release tells the waiter
+// named name that it is first in key's queue: Channel(key) + "#" + name. Only that
+// waiter listens there.
+func TurnChannel(key, name string) string { return Channel(key) + "#" + name }
+
 // HashedPart returns the part of key that Redis Cluster hashes to find its slot:
 // the hash tag (text between the first '{' and the next '}') if it is not empty,
 // else the whole key.

@@ -30,7 +30,7 @@ type Releases struct {
 
 // topic is the state of one channel.
 type topic struct {
-	waiters    map[chan struct{}]string // → the name it waits for ("" for every message)
+	waiters    map[chan struct{}]bool
 	subscribed bool                     // a SUBSCRIBE was sent after the last UNSUBSCRIBE
 	pending    int                      // SUBSCRIBEs sent whose confirmation has not arrived
 	confirmed  chan struct{}            // closed when pending drops to 0
@@ -44,22 +44,26 @@ func NewReleases(c redis.UniversalClient) *Releases {
 // ErrClosed is returned by Subscribe after Close.
 var ErrClosed = errors.New("redisops: releases closed")
 
-// Subscribe starts listening for releases of key's lock: SubscribeFor(ctx, key, "").
-func (r *Releases) Subscribe(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error) {
-	return r.SubscribeFor(ctx, key, "")
-}
-
-// SubscribeFor starts listening for releases of key's lock. It returns once the server
+// Subscribe starts listening for releases of key's lock. It returns once the server
 // has confirmed the subscription (or ctx ends, or MaxConfirmWait passes, or the
 // subscription could not be sent: the channel then starts working once the
-// connection is back), so that a
-// release published after Subscribe returned is not missed while the connection
-// stays up. wake receives (without blocking the sender; it holds one value) on each
-// release and after each reconnection. stop must be called. With a name, wake
-// receives only the messages that carry that name or none (the FIFO mode's release
-// names the waiter whose turn it is: the others need not look).
-func (r *Releases) SubscribeFor(ctx context.Context, key, name string) (wake <-chan struct{}, stop func(), err error) {
-	ch := Channel(key)
+// connection is back), so that a release published after Subscribe returned is not
+// missed while the connection stays up. wake receives (without blocking the sender;
+// it holds one value) on each release and after each reconnection. stop must be
+// called.
+func (r *Releases) Subscribe(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error) {
+	return r.subscribe(ctx, Channel(key))
+}
+
+// SubscribeTurn starts listening on TurnChannel(key, name), where the fair mode's
+// release tells the waiter named name that the lock is its turn: the same
+// guarantees as Subscribe, without the messages meant for other waiters (a release
+// reaches one waiter however many wait, in this process or others).
+func (r *Releases) SubscribeTurn(ctx context.Context, key, name string) (wake <-chan struct{}, stop func(), err error) {
+	return r.subscribe(ctx, TurnChannel(key, name))
+}
+
+func (r *Releases) subscribe(ctx context.Context, ch string) (wake <-chan struct{}, stop func(), err error) {
 	w := make(chan struct{}, 1)
 	r.mu.Lock()
 	if r.closed {
@@ -68,10 +72,10 @@ func (r *Releases) SubscribeFor(ctx context.Context, key, name string) (wake <-c
 	}
 	t := r.topics[ch]
 	if t == nil {
-		t = &topic{waiters: map[chan struct{}]string{}}
+		t = &topic{waiters: map[chan struct{}]bool{}}
 		r.topics[ch] = t
 	}
-	t.waiters[w] = name
+	t.waiters[w] = true
 	var sendErr error
 	if !t.subscribed {
 		t.subscribed = true
@@ -148,7 +152,7 @@ func (r *Releases) receive(msgs <-chan any) {
 		case *redis.Message:
 			r.mu.Lock()
 			if t := r.topics[m.Channel]; t != nil {
-				t.wake(m.Payload)
+				t.wake()
 			}
 			r.mu.Unlock()
 		}
@@ -166,7 +170,7 @@ func (r *Releases) confirm(ch string) {
 	if t.pending == 0 {
 		// Not one we sent: go-redis subscribed again after a reconnection, and any
 		// release while the connection was down went unheard.
-		t.wake("")
+		t.wake()
 		return
 	}
 	t.pending--
@@ -179,12 +183,9 @@ func (r *Releases) confirm(ch string) {
 	}
 }
 
-// wake wakes the waiters for a message naming name ("" for everyone).
-func (t *topic) wake(name string) {
-	for w, only := range t.waiters {
-		if name != "" && only != "" && only != name {
-			continue
-		}
+// wake wakes every waiter of the topic.
+func (t *topic) wake() {
+	for w := range t.waiters {
 		select {
 		case w <- struct{}{}:
 		default:
