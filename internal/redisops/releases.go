@@ -31,9 +31,9 @@ type Releases struct {
 // topic is the state of one channel.
 type topic struct {
 	waiters    map[chan struct{}]bool
-	subscribed bool                     // a SUBSCRIBE was sent after the last UNSUBSCRIBE
-	pending    int                      // SUBSCRIBEs sent whose confirmation has not arrived
-	confirmed  chan struct{}            // closed when pending drops to 0
+	subscribed bool          // a SUBSCRIBE was sent after the last UNSUBSCRIBE
+	pending    int           // SUBSCRIBEs sent whose confirmation has not arrived
+	confirmed  chan struct{} // closed when pending drops to 0
 }
 
 // NewReleases returns a Releases that subscribes through c when first asked.
