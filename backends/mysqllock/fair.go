@@ -172,6 +172,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 	renewEvery := max(ttl/3, time.Millisecond)
 	renewAt := time.Now().Add(renewEvery)
 	headPause := time.Millisecond
+	pace := pacer{per: 2 * time.Millisecond}
 	for {
 		me.validFrom = time.Now()
 		res, err := exec(ctx, s.fair.claim, me.key, me.owner[:], us, me.key, me.owner[:], me.key, seq,
@@ -217,7 +218,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 			headPause = min(2*headPause, 64*time.Millisecond)
 		} else {
 			headPause = time.Millisecond
-			pause = 2 * time.Millisecond << min(ahead, 7)
+			pause = pace.next(ahead, time.Now())
 		}
 		t := time.NewTimer(min(pause, time.Until(renewAt)))
 		select {
@@ -230,6 +231,36 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// pacer paces a queued waiter's looks at the queue by how fast it moves: a waiter
+// with ahead waiters before it looks again after about half the time they should
+// take, so that it looks a few times while it moves up (about log2(ahead) times)
+// and is not asleep when its turn comes. A fixed backoff by place instead leaves
+// the waiter next in line asleep for the pause it chose further back.
+type pacer struct {
+	per   time.Duration // the time one hand-off takes, as last seen
+	ahead int           // waiters ahead at the last look that saw a change (0: none yet)
+	at    time.Time     // when
+}
+
+// maxQueuePause bounds a queued waiter's pause: a crashed waiter ahead is dropped at
+// its deadline, and the queue moves on without anyone's release to tell.
+const maxQueuePause = 256 * time.Millisecond
+
+// next records a look that found ahead waiters before ours at now and returns how
+// long to pause before the next.
+func (p *pacer) next(ahead int, now time.Time) time.Duration {
+	switch {
+	case p.ahead == 0:
+	case ahead < p.ahead:
+		p.per = (p.per + now.Sub(p.at)/time.Duration(p.ahead-ahead)) / 2
+	case ahead == p.ahead:
+		p.per = max(p.per, now.Sub(p.at)) // no one moved since: hand-offs take longer
+		return min(max(p.per*time.Duration(ahead)/2, time.Millisecond), maxQueuePause)
+	}
+	p.ahead, p.at = ahead, now
+	return min(max(p.per*time.Duration(ahead)/2, time.Millisecond), maxQueuePause)
 }
 
 // newLock returns an ungranted lock of key with a new random owner value (and the
