@@ -40,7 +40,8 @@ Put every backend and peer side by side, on real servers, under real faults:
   3. the benchmarks (latency, contended hand-offs per second, cost with 8, 32 and
      100 waiters, the speed targets): scenario "Bench". They start only once the
      machine is quiet (one-minute load average below --max-load, waited for up to
-     3 minutes; --force runs them anyway and the report says they are not quiet).
+     3 minutes; after that, or at once with --force, they run anyway and the report
+     says they are not quiet — the project commits only quiet reports).
 
 Steps 1 and 2 run the project's own test packages ("go test -json -run
 'TestConformance|TestFaults'"), so dlock compare needs a source checkout of dlock and
@@ -110,8 +111,8 @@ func compareFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.trials, "trials", 5, "trials per fault scenario")
 	fs.DurationVar(&c.duration, "duration", 0, "how long each benchmark measurement runs (default: the benchmarks' own)")
 	fs.StringVar(&c.out, "out", "report", "`directory` for report.json, report.md, report.html")
-	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this, and fail if it does not")
-	fs.BoolVar(&c.force, "force", false, "run the benchmarks even above --max-load (the report says they are not quiet)")
+	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this; then they run, marked not quiet")
+	fs.BoolVar(&c.force, "force", false, "run the benchmarks at once even above --max-load (the report says they are not quiet)")
 	fs.StringVar(&c.from, "from", "", "render the report from the JSON files in `DIR` without running anything")
 }
 

@@ -92,10 +92,12 @@ type Config struct {
 	// Waiters are the numbers of clients of the scaling measurement, fewest first.
 	Waiters []int
 	// MaxLoad: the run waits up to QuietWait for the one-minute load average to drop
-	// below MaxLoad, then refuses to run (ErrBusy) unless Force is set.
-	MaxLoad   float64
-	QuietWait time.Duration
-	Force     bool
+	// below MaxLoad, then refuses to run (ErrBusy) unless ForceAfterWait is set (it
+	// then measures, the results marked not quiet). Force measures at once.
+	MaxLoad        float64
+	QuietWait      time.Duration
+	Force          bool
+	ForceAfterWait bool
 }
 
 // DefaultConfig is the configuration of `dlock bench` without flags.
@@ -320,7 +322,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Results, erro
 			stores = append(stores, t.Store)
 		}
 	}
-	load, err := waitQuiet(ctx, cfg.MaxLoad, cfg.QuietWait, cfg.Force, progress)
+	load, err := waitQuiet(ctx, cfg.MaxLoad, cfg.QuietWait, cfg.Force, cfg.ForceAfterWait, progress)
 	res.Load = load
 	res.Machine.LoadBefore = load.Before
 	if err != nil {

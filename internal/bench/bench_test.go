@@ -224,21 +224,26 @@ func TestWaitQuiet(t *testing.T) {
 		t.Skip("no /proc/loadavg")
 	}
 	nop := func(string) {}
-	l, err := waitQuiet(context.Background(), 1e6, time.Minute, false, nop)
+	l, err := waitQuiet(context.Background(), 1e6, time.Minute, false, false, nop)
 	if err != nil || !l.Quiet() || l.Forced {
 		t.Fatalf("below the limit: %+v, %v; want quiet", l, err)
 	}
 	start := time.Now()
-	l, err = waitQuiet(context.Background(), 1e-9, 50*time.Millisecond, false, nop)
+	l, err = waitQuiet(context.Background(), 1e-9, 50*time.Millisecond, false, false, nop)
 	if !errors.Is(err, ErrBusy) || l.Quiet() || time.Since(start) < 50*time.Millisecond {
 		t.Fatalf("above the limit: %+v, %v after %v; want ErrBusy after waiting 50ms", l, err, time.Since(start))
 	}
 	if !strings.Contains(err.Error(), l.Before) {
 		t.Errorf("ErrBusy does not say the load: %v", err)
 	}
-	l, err = waitQuiet(context.Background(), 1e-9, time.Hour, true, nop)
+	l, err = waitQuiet(context.Background(), 1e-9, time.Hour, true, false, nop)
 	if err != nil || !l.Forced || l.Quiet() || !strings.Contains(l.Sentence(), "NOT QUIET") {
 		t.Fatalf("forced: %+v, %v; want a forced run at once, marked not quiet", l, err)
+	}
+	start = time.Now()
+	l, err = waitQuiet(context.Background(), 1e-9, 50*time.Millisecond, false, true, nop)
+	if err != nil || !l.Forced || time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("forced after waiting: %+v, %v after %v; want a run marked not quiet after 50ms", l, err, time.Since(start))
 	}
 }
 

@@ -40,10 +40,10 @@ func (l Load) Quiet() bool {
 // waitQuiet waits up to wait for the one-minute load average to drop below limit,
 // polling every few seconds (the load decays over about a minute once the machine
 // is idle). With force it does not wait: a run above the limit goes ahead at once,
-// marked Forced. It returns the Load so far; ErrBusy when the load stayed high and
+// marked Forced; with forceAfterWait it does so after waiting. It returns the Load so far; ErrBusy when the load stayed high and
 // force is false; ctx's error when ctx ends. Without /proc/loadavg (not Linux) the load is
 // unknown and the run goes ahead, marked forced.
-func waitQuiet(ctx context.Context, limit float64, wait time.Duration, force bool, progress func(string)) (Load, error) {
+func waitQuiet(ctx context.Context, limit float64, wait time.Duration, force, forceAfterWait bool, progress func(string)) (Load, error) {
 	l := Load{Limit: limit}
 	start := time.Now()
 	for {
@@ -60,7 +60,7 @@ func waitQuiet(ctx context.Context, limit float64, wait time.Duration, force boo
 			return l, nil
 		}
 		if force || time.Since(start) >= wait {
-			if force {
+			if force || forceAfterWait {
 				l.Forced = true
 				progress(fmt.Sprintf("load average %s (at or above %.2f): measuring anyway (forced); the results are not quiet", l.Before, limit))
 				return l, nil
