@@ -126,9 +126,9 @@ type target struct {
 
 var targets = []target{
 	{"mem", "./backends/memlock", "backends", []string{"mem"}},
-	{"redis", "./backends/redislock", "backends", []string{"redis", "redis+setnx/getset", "redis+setnx/expire"}},
+	{"redis", "./backends/redislock", "backends", []string{"redis", "redis fifo", "redis+setnx/getset", "redis+setnx/expire"}},
 	{"redlock", "./backends/redlock", "backends", []string{"redlock(5)"}},
-	{"mysql", "./backends/mysqllock", "backends", []string{"mysql", "mysql+getlock"}},
+	{"mysql", "./backends/mysqllock", "backends", []string{"mysql", "mysql fifo", "mysql+getlock"}},
 	{"zk", "./backends/zklock", "backends", []string{"zk"}},
 	{"etcd", "./backends/etcdlock", "backends", []string{"etcd"}},
 	{"peer+bsm", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}},

@@ -190,17 +190,24 @@ func TestRunPattern(t *testing.T) {
 }
 
 // TestBenchTargetsExist: every bench target a compare target names is one that
-// internal/bench knows (bench.Run refuses unknown names).
+// internal/bench knows (bench.Run refuses unknown names), and every bench target is
+// named by one, so that the main job's speed table has every row `dlock bench` has.
 func TestBenchTargetsExist(t *testing.T) {
-	var names []string
+	var names, named []string
 	for _, bt := range bench.Targets() {
 		names = append(names, bt.Name)
 	}
 	for _, tg := range targets {
 		for _, n := range tg.Bench {
+			named = append(named, n)
 			if !slices.Contains(names, n) {
 				t.Errorf("%s: bench target %q unknown (known: %v)", tg.Name, n, names)
 			}
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(named, n) {
+			t.Errorf("bench target %q is measured by no compare target: dlock compare leaves it out", n)
 		}
 	}
 }
