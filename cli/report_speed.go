@@ -83,7 +83,7 @@ func speedOf(res *bench.Results) *report.Speed {
 			dash(u != nil, func() string { return roundDur(u.P50) }),
 			dash(u != nil, func() string { return roundDur(u.P99) }),
 			dash(r.RawRatio > 0, func() string { return fmt.Sprintf("%.2f", r.RawRatio) }),
-			dash(k != nil, func() string { return fmt.Sprintf("%.0f", k.Rate) }),
+			dash(k != nil, func() string { return fmt.Sprintf("%.0f", k.TransferRate) }),
 			dash(k != nil, func() string { return roundDur(k.Wait.Max) }),
 			dash(k != nil, func() string { return fmt.Sprintf("%.3f", k.Jain) }),
 			dash(m != nil, func() string { return fmt.Sprintf("%.0f", m.Rate) }),
@@ -99,7 +99,7 @@ func speedOf(res *bench.Results) *report.Speed {
 			s.Latency = append(s.Latency, report.Latency{Backend: r.Name, N: u.N, P50: u.P50, P99: u.P99, Max: u.Max, Mean: u.Mean})
 		}
 		if k != nil && r.Kind != bench.Raw {
-			s.Handoffs = append(s.Handoffs, report.Rate{Backend: r.Name, Clients: k.Clients, PerSecond: k.Rate})
+			s.Handoffs = append(s.Handoffs, report.Rate{Backend: r.Name, Clients: k.Clients, PerSecond: k.TransferRate})
 		}
 		if r.Scaling != nil {
 			for _, p := range r.Scaling.Points {
@@ -112,7 +112,8 @@ func speedOf(res *bench.Results) *report.Speed {
 	}
 	s.Load = &report.Load{Before: res.Load.Before, After: res.Load.After, Limit: res.Load.Limit, Forced: res.Load.Forced, Quiet: res.Load.Quiet()}
 	s.Notes = append(s.Notes, fmt.Sprintf("Benchmarks: %s, %d CPUs (%s), load %s → %s; each contended and many-keys measurement ran %v; "+
-		"the uncontended and contended measurements ran %d times, each row shows its median repetition. "+
+		"the uncontended and contended measurements ran %d times, each row shows its median repetition; "+
+		"hand-offs count the grants to another client than the previous holder (a client that takes the lock straight back is not counted). "+
 		"Absolute times depend on the machine and its load: compare ratios within this run only.",
 		res.Started.Format(time.RFC3339), res.Machine.CPUs, res.Machine.CPU, res.Machine.LoadBefore, res.Machine.LoadAfter, c.Duration, c.Repeat),
 		res.Load.Sentence())
