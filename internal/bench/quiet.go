@@ -40,9 +40,10 @@ func (l Load) Quiet() bool {
 // waitQuiet waits up to wait for the one-minute load average to drop below limit,
 // polling every few seconds (the load decays over about a minute once the machine
 // is idle). With force it does not wait: a run above the limit goes ahead at once,
-// marked Forced; with forceAfterWait it does so after waiting. It returns the Load so far; ErrBusy when the load stayed high and
-// force is false; ctx's error when ctx ends. Without /proc/loadavg (not Linux) the load is
-// unknown and the run goes ahead, marked forced.
+// marked Forced; with forceAfterWait it does so after waiting. It returns the Load
+// so far; ErrBusy when the load stayed high and neither is set; ctx's error when ctx
+// ends. Without /proc/loadavg (not Linux) the load is unknown and the run goes
+// ahead, marked Forced.
 func waitQuiet(ctx context.Context, limit float64, wait time.Duration, force, forceAfterWait bool, progress func(string)) (Load, error) {
 	l := Load{Limit: limit}
 	start := time.Now()

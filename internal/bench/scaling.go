@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/servers"
 )
@@ -125,26 +124,15 @@ func (e *env) requests(ctx context.Context, s Store) (int64, error) {
 	}
 	switch s {
 	case Redis, Redis5:
-		return sum(e.ep.addrs(s), func(a string) (int64, error) { return redisCommands(ctx, a) })
+		return sum(e.ep.addrs(s), func(a string) (int64, error) { return servers.RedisCommands(ctx, a) })
 	case MySQL:
 		return mysqlQuestions(ctx, e.ep.MySQL)
 	case ZooKeeper:
-		return sum(e.ep.ZooKeeper, func(a string) (int64, error) { return zkReceived(ctx, a) })
+		return sum(e.ep.ZooKeeper, func(a string) (int64, error) { return servers.ZooKeeperPackets(ctx, a) })
 	case Etcd:
 		return sum(e.ep.Etcd, func(a string) (int64, error) { return etcdMessages(ctx, a) })
 	}
 	return -1, nil
-}
-
-// redisCommands is the server's total_commands_processed.
-func redisCommands(ctx context.Context, addr string) (int64, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	info, err := c.Info(ctx, "stats").Result()
-	if err != nil {
-		return 0, err
-	}
-	return field(info, "total_commands_processed:", "\r\n")
 }
 
 // mysqlQuestions is the server's Questions status variable: statements clients sent.
@@ -159,15 +147,6 @@ func mysqlQuestions(ctx context.Context, cfg *mysql.Config) (int64, error) {
 	var n int64
 	err = db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n)
 	return n, err
-}
-
-// zkReceived is the packets the ZooKeeper server received (4lw mntr).
-func zkReceived(ctx context.Context, addr string) (int64, error) {
-	out, err := servers.FourLetterAt(ctx, addr, "mntr")
-	if err != nil {
-		return 0, err
-	}
-	return field(out, "zk_packets_received\t", "\n")
 }
 
 // etcdMessages is the gRPC messages the etcd member received on every method
@@ -210,17 +189,4 @@ func etcdMessages(ctx context.Context, addr string) (int64, error) {
 		return 0, fmt.Errorf("/metrics has no grpc_server_msg_received_total")
 	}
 	return int64(total), nil
-}
-
-// field parses the integer after prefix up to end in text.
-func field(text, prefix, end string) (int64, error) {
-	i := strings.Index(text, prefix)
-	if i < 0 {
-		return 0, fmt.Errorf("no %q in the answer", strings.TrimSpace(prefix))
-	}
-	v := text[i+len(prefix):]
-	if j := strings.Index(v, end); j >= 0 {
-		v = v[:j]
-	}
-	return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 }

@@ -212,13 +212,6 @@ func (z *ZooKeeper) FourLetter(ctx context.Context, cmd string) (string, error) 
 	return fourLetter(ctx, z.addr, tc, cmd)
 }
 
-// FourLetterAt sends a four-letter-word command to the ZooKeeper server at addr
-// (host:port, no TLS) and returns the answer: for a server dlock did not start, such
-// as one named by DLOCK_ZK_ADDRS. The server must allow cmd (4lw.commands.whitelist).
-func FourLetterAt(ctx context.Context, addr, cmd string) (string, error) {
-	return fourLetter(ctx, addr, nil, cmd)
-}
-
 func fourLetter(ctx context.Context, addr string, tc *tls.Config, cmd string) (string, error) {
 	var d net.Dialer
 	var c net.Conn
@@ -479,12 +472,18 @@ func (z *ZooKeeper) syncedFollowers(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(s, "\n") {
-		if v, ok := strings.CutPrefix(line, "zk_synced_followers\t"); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
+	n, err := mntrField(s, "zk_synced_followers")
+	return int(n), err
+}
+
+// mntrField is the integer value of name in a `mntr` answer.
+func mntrField(mntr, name string) (int64, error) {
+	for _, line := range strings.Split(mntr, "\n") {
+		if v, ok := strings.CutPrefix(line, name+"\t"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("mntr: no zk_synced_followers in %q", s)
+	return 0, fmt.Errorf("mntr: no %s in %q", name, mntr)
 }
 
 // Close closes every member.
