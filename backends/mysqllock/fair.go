@@ -184,7 +184,10 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 			busy, ahead, remaining = true, 0, 0
 		}
 		if !busy {
-			if err == nil && ctx.Err() == nil {
+			// Leave the queue whenever the claim answered, also if ctx ended just
+			// after: a granted lock is returned then, and a row left behind would
+			// stand first in the queue until its deadline.
+			if err == nil {
 				d.dequeue(me)
 			}
 			lk, err := me.granted(ctx, res, err)
