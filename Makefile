@@ -1,6 +1,6 @@
 # dlock — make targets. `make test` is the test command CI runs (.ci/run).
 GO ?= go
-TEST_FLAGS ?= -race -count=1 -timeout 40m
+TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: all deps deps-docker test test-docker vet unit bench compare docs compose-config compose-up compose-down
 

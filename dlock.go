@@ -14,6 +14,11 @@
 //
 // Backends are picked by constructor (memlock.New, redislock.New, …) or by URL with
 // Open after a blank import of the backend package.
+//
+// Beyond the mutex, NewSemaphore (at most n leases on a key at once) and NewRWMutex
+// (shared leases together, an exclusive one alone) hand out the same Lease from the
+// same Locker, on every backend that declares them (docs/semaphores.md,
+// docs/rwlocks.md).
 package dlock
 
 import (

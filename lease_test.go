@@ -119,7 +119,7 @@ func TestReleaseDuringHungRenewal(t *testing.T) {
 func TestReleaseAfterDeadline(t *testing.T) {
 	l := memlock.New(memlock.WithStore(memlock.NewStore()))
 	defer l.Close()
-	const n, ttl = 400, 30 * time.Millisecond
+	const n, ttl = 400, 200 * time.Millisecond
 	var wg sync.WaitGroup
 	var nils atomic.Int64
 	for i := range n {

@@ -82,6 +82,9 @@ type request struct {
 	wait func(ctx context.Context, ttl time.Duration) (driver.Lock, error)
 	// wake is the name whose releases the driver's Notifier announces ("" for none).
 	wake string
+	// checked: the caller validated what key names (a set of keys: AcquireAll),
+	// and key is not itself a lock name.
+	checked bool
 }
 
 func (l *locker) Acquire(ctx context.Context, key string, opts ...Option) (Lease, error) {
@@ -108,8 +111,10 @@ func (l *locker) mutex(key string) request {
 func (l *locker) acquire(ctx context.Context, r request, wait bool, opts []Option) (Lease, error) {
 	o := ApplyOptions(opts...)
 	key := r.key
-	if err := ValidateKey(key); err != nil {
-		return nil, err
+	if !r.checked {
+		if err := ValidateKey(key); err != nil {
+			return nil, err
+		}
 	}
 	ttl := o.TTL
 	if ttl == 0 {

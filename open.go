@@ -29,6 +29,10 @@ type Scheme struct {
 	// wrapping ErrInvalidURL otherwise) and contacts no server. Nil means the scheme
 	// declares nothing: `dlock check` then refuses it.
 	Declare func(u *url.URL) (spec.Capabilities, error)
+	// Inspect reads the configuration of the deployment u names (connecting as Open
+	// does) and says which fault scenarios it is exposed to: see the package-level
+	// Inspect. Nil means the scheme has nothing to inspect.
+	Inspect func(ctx context.Context, u *url.URL) ([]spec.Finding, error)
 }
 
 var registry struct {
@@ -97,23 +101,73 @@ func Schemes() []string {
 
 // Open returns a Locker for rawURL, e.g. "redis://127.0.0.1:6379" or "mem://". The
 // scheme's backend package must have been imported (a blank import is enough). It
-// returns ErrInvalidURL for a URL it cannot parse, an unknown scheme or a query
-// parameter the backend does not know, and the backend's error (wrapped) when it
-// cannot connect.
+// returns ErrInvalidURL for a URL it cannot parse (see ParseURL), an unknown scheme
+// or a query parameter the backend does not know, and the backend's error (wrapped)
+// when it cannot connect. No error quotes the URL's password.
 func Open(ctx context.Context, rawURL string) (Locker, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
-	}
-	if u.Scheme == "" {
-		return nil, fmt.Errorf("%w: %q has no scheme (want one of %s)", ErrInvalidURL, rawURL, strings.Join(Schemes(), ", "))
-	}
-	s, err := lookup(u.Scheme)
+	u, s, err := parseScheme(rawURL)
 	if err != nil {
 		return nil, err
 	}
 	return s.Open(ctx, u)
 }
+
+// parseScheme parses rawURL (ParseURL) and looks its scheme up.
+func parseScheme(rawURL string) (*url.URL, Scheme, error) {
+	u, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, Scheme{}, err
+	}
+	s, err := lookup(u.Scheme)
+	return u, s, err
+}
+
+// Inspect connects to the deployment rawURL names, as Open would, reads the
+// servers' own configuration (persistence, eviction, replicas, session limits,
+// cluster health: what the backend knows to look at) and returns what it found,
+// each finding named by the fault scenario (or property) of the conformance report
+// that shows the risk. It changes nothing on the servers and takes no lock.
+//
+// It returns an error wrapping ErrInvalidURL for a URL Open would refuse, one
+// wrapping errors.ErrUnsupported for a scheme registered without an Inspect, and
+// the backend's error when it cannot connect. A setting the credentials may not
+// read (e.g. CONFIG GET denied by an ACL) is a finding that says so, not an error.
+// Not guaranteed: the findings describe the configuration at the time of the call,
+// as the server reports it; a setting the backend does not know to read is not
+// covered.
+func Inspect(ctx context.Context, rawURL string) ([]spec.Finding, error) {
+	u, s, err := parseScheme(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if s.Inspect == nil {
+		return nil, fmt.Errorf("dlock: scheme %q has no deployment inspection: %w", u.Scheme, errors.ErrUnsupported)
+	}
+	return s.Inspect(ctx, u)
+}
+
+// ParseURL parses a lock URL as Open does: an error wrapping ErrInvalidURL when
+// rawURL is not a URL or has no scheme. Its errors never quote the URL's user
+// information, which may hold a password: a malformed URL that has some is not
+// quoted at all. It does not look the scheme up.
+func ParseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if strings.Contains(rawURL, "@") {
+			// url.Parse quotes the whole URL, and its inner errors quote the piece
+			// they stumbled on, which may be part of the password.
+			return nil, fmt.Errorf("%w: malformed URL (not shown: it may hold a password); %s", ErrInvalidURL, userinfoHint)
+		}
+		return nil, fmt.Errorf("%w: %w (want scheme://…, one of %s)", ErrInvalidURL, err, strings.Join(Schemes(), ", "))
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("%w: %q has no scheme (want scheme://…, one of %s)", ErrInvalidURL, u.Redacted(), strings.Join(Schemes(), ", "))
+	}
+	return u, nil
+}
+
+// userinfoHint says how to write a user name and password into a URL.
+const userinfoHint = "in a user name or password, %-escape what URLs reserve (@ as %40, / as %2F, ? as %3F, # as %23, % as %25, : in a user name as %3A)"
 
 // ParseQuery parses u's query for a scheme's opener, strictly: it returns an error
 // wrapping ErrInvalidURL that names the parameter when a pair is malformed (bad

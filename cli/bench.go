@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -29,7 +31,7 @@ func init() {
 
 const benchHelp = `
 Start one set of real servers (Redis, five independent Redis masters, MariaDB,
-ZooKeeper, and etcd embedded in this process; addresses in DLOCK_REDIS_ADDRS,
+ZooKeeper, and one etcd member in a process of its own; addresses in DLOCK_REDIS_ADDRS,
 DLOCK_REDLOCK_ADDRS, DLOCK_MYSQL_DSN, DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS are used instead
 where set), build every dlock backend and every peer library (bsm/redislock, redsync,
 etcd concurrency.Mutex, go-zookeeper zk.Lock, MySQL GET_LOCK) on them, and print one
@@ -43,7 +45,15 @@ Markdown table:
   time until another client gets a lock whose holder vanished (its connections cut,
   never released), with the TTL or session timeout that frees it;
   heap allocations per acquire+release;
-and the targets of issue 10 (ratios from this run) with whether each was met.
+contended hand-offs/s and store requests per hand-off with 8, 32 and 100 waiters;
+and the targets of issue 19 (ratios from this run) with whether each was met.
+
+The uncontended and contended measurements run --repeat times (every target once
+per repetition); each row shows its median repetition and each target the median
+of its per-repetition ratios. Before measuring, the bench waits up to --quiet-wait
+for the one-minute load average to drop below --max-load and refuses to run if it
+does not (exit 75), unless --force: results the project commits are quiet ones. The
+load before and after is printed with the results.
 
 Progress goes to stderr. Servers dlock starts are stopped when it exits. Absolute
 times depend on the machine and its load: compare ratios within one run.
@@ -59,6 +69,7 @@ const benchFooter = `
 Exit codes:
   0    every selected target was measured
   64   usage error: bad flags, an unknown target or measurement
+  75   the machine stayed busy (load average at or above --max-load): nothing measured
   69   a server could not be started or reached (its targets are marked skipped)
   70   a measurement failed (the table shows what was measured, the errors follow it)
   128+N  interrupted by signal N (the results so far are printed)`
@@ -77,7 +88,7 @@ func benchFlags(fs *flag.FlagSet) {
 	benchCfg = benchConfig{}
 	c, d := &benchCfg, bench.DefaultConfig
 	fs.StringVar(&c.targets, "targets", "", "comma list of target `names` (see --list), or stores as @store; default all")
-	fs.StringVar(&c.skip, "skip", "", "comma list of `measurements` to leave out: uncontended, contended, manykeys, crash, allocs")
+	fs.StringVar(&c.skip, "skip", "", "comma list of `measurements` to leave out: uncontended, contended, scaling, manykeys, crash, allocs, election, multikey, primitives")
 	fs.DurationVar(&c.cfg.Duration, "duration", d.Duration, "length of each contended and many-keys measurement")
 	fs.IntVar(&c.cfg.Clients, "clients", d.Clients, "clients contending for one key")
 	fs.IntVar(&c.cfg.ManyClients, "many-clients", d.ManyClients, "clients of the many-keys measurement")
@@ -86,6 +97,11 @@ func benchFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.cfg.CrashTrials, "crash-trials", d.CrashTrials, "vanished holders per target")
 	fs.DurationVar(&c.cfg.CrashTimeout, "crash-timeout", d.CrashTimeout, "lease TTL (session timeout) of the vanished-holder measurement")
 	fs.DurationVar(&c.cfg.TTL, "ttl", d.TTL, "lease TTL (session timeout) of the other measurements")
+	fs.IntVar(&c.cfg.Repeat, "repeat", d.Repeat, "repetitions of the uncontended and contended measurements (the median is reported)")
+	fs.Var(&intList{&c.cfg.Waiters}, "waiters", "comma list of waiter `counts` of the scaling measurement (default 8,32,100)")
+	fs.Float64Var(&c.cfg.MaxLoad, "max-load", d.MaxLoad, "refuse to measure while the one-minute load average is at or above this (after waiting --quiet-wait)")
+	fs.DurationVar(&c.cfg.QuietWait, "quiet-wait", d.QuietWait, "how long to wait for the load average to drop below --max-load")
+	fs.BoolVar(&c.cfg.Force, "force", false, "measure even above --max-load (the results say they are not quiet)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of Markdown")
 	fs.StringVar(&c.out, "out", "", "write the results to `FILE` instead of stdout")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
@@ -103,6 +119,12 @@ func benchCommand(fs *flag.FlagSet) int {
 			fmt.Fprintf(os.Stdout, "%-20s %-8s @%s\n", t.Name, t.Kind, t.Store)
 		}
 		return exitOK
+	}
+	if c.cfg.Repeat < 1 {
+		return cmd.usageError(os.Stderr, "--repeat must be at least 1")
+	}
+	if c.cfg.MaxLoad <= 0 {
+		return cmd.usageError(os.Stderr, "--max-load must be positive")
 	}
 	c.cfg.Targets = benchSplit(c.targets)
 	for _, m := range benchSplit(c.skip) {
@@ -134,6 +156,10 @@ func benchCommand(fs *flag.FlagSet) int {
 	res, err := bench.Run(ctx, c.cfg, progress)
 	if res == nil {
 		return cmd.usageError(os.Stderr, err.Error())
+	}
+	if errors.Is(err, bench.ErrBusy) {
+		fmt.Fprintf(os.Stderr, "dlock bench: %v\n", err)
+		return exitTempFail
 	}
 	res.Command = commandLine(fs)
 	var out []byte
@@ -200,4 +226,37 @@ func benchSplit(s string) []string {
 		}
 	}
 	return out
+}
+
+// intList is a flag of comma-separated positive integers, in increasing order.
+type intList struct{ v *[]int }
+
+func (l *intList) String() string {
+	if l == nil || l.v == nil {
+		return ""
+	}
+	var parts []string
+	for _, n := range *l.v {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *intList) Set(s string) error {
+	var out []int
+	for _, p := range benchSplit(s) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a positive integer", p)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return fmt.Errorf("counts must increase: %d after %d", n, out[len(out)-1])
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return errors.New("no count given")
+	}
+	*l.v = out
+	return nil
 }

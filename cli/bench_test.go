@@ -11,12 +11,12 @@ import (
 // TestBenchCommand runs "dlock bench" on the in-process backend (no servers needed):
 // the table, the JSON, and the usage errors with their exit codes.
 func TestBenchCommand(t *testing.T) {
-	quick := []string{"bench", "--targets", "mem", "--duration", "100ms", "--rounds", "5", "--many-clients", "4", "--keys", "10", "--quiet"}
+	quick := []string{"bench", "--targets", "mem", "--duration", "100ms", "--rounds", "5", "--many-clients", "4", "--keys", "10", "--waiters", "2,4", "--repeat", "2", "--quiet", "--force"}
 	out, err := exec.Command(dlockBin, quick...).Output()
 	if err != nil {
 		t.Fatalf("dlock bench: %v\n%s", err, out)
 	}
-	for _, want := range []string{"| mem | backend |", "Command: `dlock bench --duration=100ms", "mem: longest wait"} {
+	for _, want := range []string{"| mem | backend |", "Command: `dlock bench --duration=100ms", "mem: longest wait", "the load average was", "2 waiters"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -39,11 +39,24 @@ func TestBenchCommand(t *testing.T) {
 		{"bench", "--targets", "nope"},
 		{"bench", "--skip", "nope"},
 		{"bench", "extra"},
+		{"bench", "--repeat", "0"},
+		{"bench", "--waiters", "8,4"},
+		{"bench", "--max-load", "-1"},
 	} {
 		out, err := exec.Command(dlockBin, args...).CombinedOutput()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(string(out), "nope") && args[1] != "extra" {
+		if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || args[1] == "--targets" && !strings.Contains(string(out), "nope") || args[1] == "--waiters" && !strings.Contains(string(out), "4 after 8") {
 			t.Errorf("dlock %s: %v, want exit %d naming the bad value\n%s", strings.Join(args, " "), err, exitUsage, out)
 		}
+	}
+}
+
+// TestBenchBusyMachine: above --max-load, after --quiet-wait, dlock bench measures
+// nothing and exits 75, saying the load.
+func TestBenchBusyMachine(t *testing.T) {
+	out, err := exec.Command(dlockBin, "bench", "--targets", "mem", "--max-load", "0.000001", "--quiet-wait", "10ms", "--quiet").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitTempFail || !strings.Contains(string(out), "load average") || strings.Contains(string(out), "| mem |") {
+		t.Fatalf("dlock bench on a busy machine: %v, want exit %d and no table\n%s", err, exitTempFail, out)
 	}
 }

@@ -27,7 +27,7 @@ func init() {
 	register(&command{
 		Name:     "check",
 		Summary:  "run the conformance suite against your own servers and print the outcome",
-		Synopsis: "dlock check --url URL [--run REGEXP] [--timeout D] [-v]",
+		Synopsis: "dlock check --url URL [--doctor] [--run REGEXP] [--timeout D] [-v]",
 		Help:     checkHelp,
 		Footer:   checkFooter,
 		Flags:    checkFlags,
@@ -55,22 +55,36 @@ declare those, so there the property is checked as a guarantee and is printed wi
 The fault campaign (crashes, partitions, failovers) is not run here: see
 "dlock compare".
 
+First, the deployment check: dlock reads the servers' own configuration (Redis:
+persistence, maxmemory-policy, replicas and wait_replicas; ZooKeeper: the session
+timeout granted against the one asked, the ensemble's size, the nodes' ACL; MySQL:
+commit durability, binary log, replication role, wait_timeout; etcd: cluster size and
+health) and prints which fault scenarios of the report this deployment is exposed
+to, each line named by the scenario (or property) that shows the risk. --doctor
+prints only that, in a second or so, and exits 1 if anything is exposed.
+
 Examples:
   dlock check --url redis://127.0.0.1:6379
-  dlock check --url 'mysql://app:secret@db1:3306/locks'
+  dlock check --url redis://127.0.0.1:6379 --doctor
+  DLOCK_URL='mysql://app:secret@db1:3306/locks' dlock check
+  dlock check --url-file /etc/dlock/url --doctor
   dlock check --url zk://zk1:2181,zk2:2181,zk3:2181/dlock-check --run 'Mutual|Deadlock'
   dlock check --url etcd://10.0.0.1:2379/dlock-check -v
 `
 
 const checkFooter = `
 Exit codes:
-  0   every property is what the backend declares
-  1   at least one property is not (the failing checks' log is printed)
-  64  usage error: bad flags, a malformed URL, a scheme dlock has no declaration for
+  0   every property is what the backend declares (--doctor: nothing exposed)
+  1   at least one property is not (the failing checks' log is printed);
+      --doctor: at least one finding is an exposure
+  64  usage error: bad flags, a malformed URL, a scheme dlock has no declaration
+      (--doctor: no deployment check) for
   69  the lock service cannot be reached
   70  the suite could not be run`
 
 type checkConfig struct {
+	src      urlSource
+	doctor   bool
 	url, run string
 	timeout  time.Duration
 	verbose  bool
@@ -81,7 +95,8 @@ var checkCfg checkConfig
 func checkFlags(fs *flag.FlagSet) {
 	checkCfg = checkConfig{}
 	c := &checkCfg
-	fs.StringVar(&c.url, "url", "", "lock backend `URL` (required), e.g. redis://127.0.0.1:6379")
+	c.src.register(fs)
+	fs.BoolVar(&c.doctor, "doctor", false, "only the deployment check: read the servers' configuration, say what it exposes the locks to")
 	fs.StringVar(&c.run, "run", "", "check only the properties matching `REGEXP` (e.g. 'Mutual|Fencing')")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.BoolVar(&c.verbose, "v", false, "print the suite's whole log")
@@ -97,11 +112,13 @@ const (
 func checkCommand(fs *flag.FlagSet) int {
 	cmd := commands["check"]
 	c := checkCfg
+	var err error
+	if c.url, err = c.src.resolve(); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
 	switch {
 	case fs.NArg() > 0:
 		return cmd.usageError(os.Stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
-	case c.url == "":
-		return cmd.usageError(os.Stderr, "--url is required")
 	case c.timeout <= 0:
 		return cmd.usageError(os.Stderr, "--timeout must be positive")
 	}
@@ -110,10 +127,9 @@ func checkCommand(fs *flag.FlagSet) int {
 			return cmd.usageError(os.Stderr, "--run: "+err.Error())
 		}
 	}
-	u, err := url.Parse(c.url)
-	if err != nil || u.Scheme == "" {
-		return cmd.usageError(os.Stderr, fmt.Sprintf("--url %q: want scheme://host..., e.g. redis://127.0.0.1:6379 (schemes: %s)",
-			c.url, strings.Join(dlock.Schemes(), ", ")))
+	u, err := dlock.ParseURL(c.url)
+	if err != nil {
+		return cmd.usageError(os.Stderr, "--url: "+err.Error())
 	}
 	if !slices.Contains(dlock.Schemes(), u.Scheme) {
 		return cmd.usageError(os.Stderr, fmt.Sprintf("--url: unknown scheme %q (known: %s)", u.Scheme, strings.Join(dlock.Schemes(), ", ")))
@@ -130,6 +146,9 @@ func checkCommand(fs *flag.FlagSet) int {
 		return exitUnavailable
 	}
 	_ = l.Close()
+	if exposed, code := inspect(os.Stdout, c, u); c.doctor {
+		return doctorExit(exposed, code)
+	}
 	if _, err := dlock.Declared(u); err != nil {
 		return cmd.usageError(os.Stderr, fmt.Sprintf("--url %s: no declared capabilities: %v", u.Redacted(), err))
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/bench"
 	"github.com/dlock-go/dlock/internal/report"
 	"github.com/dlock-go/dlock/spec"
 )
@@ -22,7 +23,7 @@ func init() {
 		Name:     "compare",
 		Summary:  "run the conformance suite, the fault campaign and the benchmarks; write the report",
 		Synopsis: "dlock compare [--backends a,b] [--scenarios s,t] [--trials N] [--duration D] [--out DIR] | dlock compare --from DIR [--out DIR]",
-		Help:     compareHelp,
+		Help:     strings.Replace(compareHelp, "SCENARIOS", wrap(strings.Join(allScenarios(), ", "), 80, "  "), 1),
 		Footer:   compareFooter,
 		Flags:    compareFlags,
 		Run:      compareCommand,
@@ -36,7 +37,11 @@ Put every backend and peer side by side, on real servers, under real faults:
      expiry, fencing, ...) for each backend: scenario "Conformance";
   2. the fault campaign: holder crash (SIGKILL) and pause (SIGSTOP), server restart,
      replica failover, network partition, quorum loss, leader kill, clock jump;
-  3. the benchmarks (latency, contended hand-offs per second): scenario "Bench".
+  3. the benchmarks (latency, contended hand-offs per second, cost with 8, 32 and
+     100 waiters, the speed targets): scenario "Bench". They start only once the
+     machine is quiet (one-minute load average below --max-load, waited for up to
+     3 minutes; after that, or at once with --force, they run anyway and the report
+     says they are not quiet — the project commits only quiet reports).
 
 Steps 1 and 2 run the project's own test packages ("go test -json -run
 'TestConformance|TestFaults'"), so dlock compare needs a source checkout of dlock and
@@ -67,8 +72,9 @@ Backends (--backends, comma-separated; default all):
   "backends" and "peers" name the two groups.
 
 Scenarios (--scenarios, comma-separated; default all):
-  Conformance, HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover,
-  Partition, QuorumLoss, LeaderKill, ClockJump, Bench
+  SCENARIOS
+  A fault scenario runs on the primitives too (their Semaphore…, RW… and
+  Election… mirrors); a mirror may also be chosen alone (ElectionPartition).
 
 Examples:
   dlock compare                                  everything (tens of minutes)
@@ -91,6 +97,8 @@ type compareConfig struct {
 	trials              int
 	duration            time.Duration
 	out, from           string
+	maxLoad             float64
+	force               bool
 }
 
 var compareCfg compareConfig
@@ -103,6 +111,8 @@ func compareFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.trials, "trials", 5, "trials per fault scenario")
 	fs.DurationVar(&c.duration, "duration", 0, "how long each benchmark measurement runs (default: the benchmarks' own)")
 	fs.StringVar(&c.out, "out", "report", "`directory` for report.json, report.md, report.html")
+	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this; then they run, marked not quiet")
+	fs.BoolVar(&c.force, "force", false, "run the benchmarks at once even above --max-load (the report says they are not quiet)")
 	fs.StringVar(&c.from, "from", "", "render the report from the JSON files in `DIR` without running anything")
 }
 
@@ -116,9 +126,9 @@ type target struct {
 
 var targets = []target{
 	{"mem", "./backends/memlock", "backends", []string{"mem"}},
-	{"redis", "./backends/redislock", "backends", []string{"redis", "redis+setnx/getset", "redis+setnx/expire"}},
+	{"redis", "./backends/redislock", "backends", []string{"redis", "redis fifo", "redis+setnx/getset", "redis+setnx/expire"}},
 	{"redlock", "./backends/redlock", "backends", []string{"redlock(5)"}},
-	{"mysql", "./backends/mysqllock", "backends", []string{"mysql", "mysql+getlock"}},
+	{"mysql", "./backends/mysqllock", "backends", []string{"mysql", "mysql fifo", "mysql+getlock"}},
 	{"zk", "./backends/zklock", "backends", []string{"zk"}},
 	{"etcd", "./backends/etcdlock", "backends", []string{"etcd"}},
 	{"peer+bsm", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}},
@@ -147,7 +157,7 @@ func compareCommand(fs *flag.FlagSet) int {
 	if c.from != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, n := range []string{"backends", "scenarios", "trials", "duration"} {
+		for _, n := range []string{"backends", "scenarios", "trials", "duration", "max-load", "force"} {
 			if set[n] {
 				return cmd.usageError(os.Stderr, "--from renders an earlier run; it cannot be combined with --"+n)
 			}
@@ -164,6 +174,9 @@ func compareCommand(fs *flag.FlagSet) int {
 	}
 	if c.duration < 0 {
 		return cmd.usageError(os.Stderr, "--duration must not be negative")
+	}
+	if c.maxLoad <= 0 {
+		return cmd.usageError(os.Stderr, "--max-load must be positive")
 	}
 	chosen, err := chooseTargets(c.backends)
 	if err != nil {
@@ -209,7 +222,7 @@ func compareCommand(fs *flag.FlagSet) int {
 		}
 	}
 	if slices.Contains(scen, scenarioBench) && ctx.Err() == nil {
-		speed, err := runBench(ctx, chosen, c.duration, c.trials, prog)
+		speed, err := runBench(ctx, chosen, c.duration, c.trials, c.maxLoad, c.force, prog)
 		if err != nil {
 			r.Failures = append(r.Failures, "benchmarks: "+err.Error())
 		}
@@ -292,9 +305,13 @@ func allScenarios() []string {
 	return append(s, scenarioBench)
 }
 
-// chooseScenarios parses --scenarios (names are matched without regard to case).
+// chooseScenarios parses --scenarios (names are matched without regard to case):
+// those of allScenarios, and a primitive's scenario alone (ElectionPartition).
 func chooseScenarios(list string) ([]string, error) {
 	known := allScenarios()
+	for _, s := range spec.PrimitiveScenarios {
+		known = append(known, string(s))
+	}
 	var out []string
 	for _, name := range benchSplit(list) {
 		if name == "all" {
@@ -326,10 +343,17 @@ func runPattern(scen []string) string {
 			faults = append(faults, string(s))
 		}
 	}
+	for _, s := range spec.PrimitiveScenarios {
+		// A scenario runs on the primitives too; a primitive's scenario may be
+		// chosen alone.
+		if slices.Contains(scen, string(spec.MutexScenarioOf(s))) || slices.Contains(scen, string(s)) {
+			faults = append(faults, string(s))
+		}
+	}
 	switch {
 	case !conf && len(faults) == 0:
 		return ""
-	case conf && len(faults) == len(spec.Scenarios):
+	case conf && len(faults) == len(spec.Scenarios)+len(spec.PrimitiveScenarios):
 		return "^(TestConformance.*|TestFaults)$"
 	case len(faults) == 0:
 		return "^TestConformance.*$"
@@ -338,7 +362,7 @@ func runPattern(scen []string) string {
 	names := faults
 	if conf {
 		top = "TestConformance.*|TestFaults"
-		for _, p := range spec.Properties {
+		for _, p := range slices.Concat(spec.Properties, spec.PrimitiveProperties) {
 			names = append(names, string(p))
 		}
 	}
@@ -390,4 +414,23 @@ func machine() string {
 	}
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%s, %d CPUs%s, %s, host %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu, runtime.Version(), host)
+}
+
+// wrap breaks text at spaces into lines of at most width characters, every line but
+// the first starting with indent.
+func wrap(text string, width int, indent string) string {
+	var b strings.Builder
+	n := len(indent)
+	for i, w := range strings.Fields(text) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n" + indent)
+			n = len(indent)
+		} else if i > 0 {
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }

@@ -30,6 +30,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/servers"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -79,6 +81,8 @@ func register(c *command) {
 // os.Stderr. The "check" command re-executes the running binary, which must call
 // Main: the child is recognized by its environment before Main parses anything.
 func Main(args []string) int {
+	// The benchmarks' etcd member runs in a process of this binary of its own.
+	servers.EtcdMemberMain()
 	if os.Getenv(checkChildEnv) != "" {
 		// This process is the child of "dlock check" that runs the suite. It is
 		// recognized here, not in an init function, so that every package of the
@@ -146,6 +150,9 @@ func (c *command) usageError(w io.Writer, msg string) int {
 // usage prints c's full help to w.
 func (c *command) usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.Synopsis, strings.TrimSpace(c.Help))
+	if fs.Lookup("url-file") != nil {
+		fmt.Fprintf(w, "%s\n", urlSourceHelp)
+	}
 	fmt.Fprintf(w, "\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()

@@ -25,7 +25,7 @@ func init() {
 	register(&command{
 		Name:     "run",
 		Summary:  "run a command while holding a lock (like flock(1) across machines)",
-		Synopsis: "dlock run --url URL --key KEY [--ttl D] [--wait D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
+		Synopsis: "dlock run --url URL --key KEY [--limit N | --shared | --exclusive] [--ttl D] [--wait D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
 		Help:     runHelp,
 		Footer:   runFooter,
 		Flags:    runFlags,
@@ -106,10 +106,12 @@ always explains its own failures.`
 
 // runConfig holds the parsed flags of "dlock run".
 type runConfig struct {
+	src         urlSource
 	url, key    string
 	ttl, grace  time.Duration
 	wait        waitFlag
 	metricsAddr string
+	primitive   primitiveFlags // --limit, --shared, --exclusive (run_primitives.go)
 }
 
 var runCfg runConfig
@@ -117,11 +119,12 @@ var runCfg runConfig
 func runFlags(fs *flag.FlagSet) {
 	runCfg = runConfig{wait: waitFlag{forever: true}}
 	c := &runCfg
-	fs.StringVar(&c.url, "url", "", "lock backend `URL` (required), e.g. redis://127.0.0.1:6379")
+	c.src.register(fs)
 	fs.StringVar(&c.key, "key", "", "lock name (required): 1 to 255 bytes of UTF-8")
 	fs.DurationVar(&c.ttl, "ttl", 0, "lease TTL; the lease is renewed every ttl/3 while the command runs\n(default: the backend's, 10s; ZooKeeper and GET_LOCK leases last as long as the session and ignore it)")
 	fs.Var(&c.wait, "wait", "how long to wait for the lock: a `duration` such as 30s, 0 to try once, or forever")
 	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command when renewals have failed and less than this is left before the lease's\nvalidity deadline; SIGKILL at the deadline (default: a third of the TTL; for ZooKeeper and\nGET_LOCK, a third of the session timeout, between session loss and SIGKILL)")
+	c.primitive.register(fs)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics while running, e.g. 127.0.0.1:9464\n(port 0 picks a free port and prints the address on stderr)")
 }
 
@@ -176,22 +179,24 @@ func runCommand(fs *flag.FlagSet) int {
 	cmd := commands["run"]
 	c := runCfg
 	argv := fs.Args()
+	var err error
+	if c.url, err = c.src.resolve(); err != nil {
+		return cmd.usageError(os.Stderr, err.Error())
+	}
 	switch {
-	case c.url == "":
-		return cmd.usageError(os.Stderr, "--url is required")
 	case c.key == "":
 		return cmd.usageError(os.Stderr, "--key is required")
 	case len(argv) == 0:
 		return cmd.usageError(os.Stderr, "no command given (put it after --)")
-	case c.grace < 0:
-		return cmd.usageError(os.Stderr, "--grace must not be negative")
-	case c.grace > 0 && c.grace >= 2*c.ttlOrDefault()/3 && perLeaseURL(c.url):
-		// Healthy renewals keep two thirds of the TTL ahead: a longer grace would
-		// warn the command while the lease is fine.
-		return cmd.usageError(os.Stderr, fmt.Sprintf("--grace %v must be shorter than two thirds of the TTL (%v)", c.grace, c.ttlOrDefault()))
+	}
+	if msg := graceError(c.grace, c.ttl, c.url); msg != "" {
+		return cmd.usageError(os.Stderr, msg)
 	}
 	if err := dlock.ValidateKey(c.key); err != nil {
 		return cmd.usageError(os.Stderr, "--key: "+err.Error())
+	}
+	if msg := c.primitive.check(); msg != "" {
+		return cmd.usageError(os.Stderr, msg)
 	}
 	var opts []dlock.Option
 	if c.ttl != 0 {
@@ -226,6 +231,21 @@ func runCommand(fs *flag.FlagSet) int {
 	return supervisor{name: "run", key: c.key, grace: c.graceFor(lease)}.run(argv, lease, sigs)
 }
 
+// graceError says what is wrong with --grace for a lease of ttl (0: the default)
+// on rawURL's backend ("" when nothing is).
+func graceError(grace, ttl time.Duration, rawURL string) string {
+	ttl = runConfig{ttl: ttl}.ttlOrDefault()
+	switch {
+	case grace < 0:
+		return "--grace must not be negative"
+	case grace > 0 && grace >= 2*ttl/3 && perLeaseURL(rawURL):
+		// Healthy renewals keep two thirds of the TTL ahead: a longer grace would
+		// warn the command while the lease is fine.
+		return fmt.Sprintf("--grace %v must be shorter than two thirds of the TTL (%v)", grace, ttl)
+	}
+	return ""
+}
+
 // graceFor is --grace, or its default for lease (defaultGrace).
 func (c runConfig) graceFor(lease dlock.Lease) time.Duration {
 	if c.grace > 0 {
@@ -252,32 +272,12 @@ func (c runConfig) ttlOrDefault() time.Duration {
 func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan os.Signal) (dlock.Lease, dlock.Locker, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var caught os.Signal
-	watchDone := make(chan struct{})
-	stopWatch := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		for {
-			select {
-			case s := <-sigs:
-				if s == syscall.SIGTSTP { // stop while waiting, as the default action would
-					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-					continue
-				}
-				caught = s
-				cancel()
-			case <-stopWatch:
-			}
-			return
-		}
-	}()
-	stop := func() { close(stopWatch); <-watchDone }
+	stop := whileWaiting(sigs, cancel)
 
 	l, err := dlock.Open(ctx, c.url)
 	if err != nil {
-		stop()
-		if caught != nil {
-			return nil, nil, interrupted(caught)
+		if caught := stop(); caught != nil {
+			return nil, nil, interrupted("run", caught)
 		}
 		if errors.Is(err, dlock.ErrInvalidURL) {
 			return nil, nil, commands["run"].usageError(os.Stderr, "--url: "+err.Error())
@@ -289,30 +289,31 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 		l = dlock.Instrument(l, obs)
 	}
 	var lease dlock.Lease
+	target, err := c.primitive.target(l, c.key)
 	switch {
+	case err != nil:
 	case c.wait.forever:
-		lease, err = l.Acquire(ctx, c.key, opts...)
+		lease, err = target.Acquire(ctx, opts...)
 	case c.wait.d == 0:
-		lease, err = l.TryAcquire(ctx, c.key, opts...)
+		lease, err = target.TryAcquire(ctx, opts...)
 	default:
 		wctx, wcancel := context.WithTimeout(ctx, c.wait.d)
-		lease, err = l.Acquire(wctx, c.key, opts...)
+		lease, err = target.Acquire(wctx, opts...)
 		wcancel()
 	}
-	stop()
-	if caught != nil {
+	if caught := stop(); caught != nil {
 		if err == nil {
 			releaseQuietly(lease)
 		}
 		l.Close()
-		return nil, nil, interrupted(caught)
+		return nil, nil, interrupted("run", caught)
 	}
 	if err == nil {
 		return lease, l, exitOK
 	}
 	l.Close()
 	switch {
-	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL):
+	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidLimit), errors.Is(err, errors.ErrUnsupported):
 		return nil, nil, commands["run"].usageError(os.Stderr, err.Error())
 	case errors.Is(err, dlock.ErrNotAcquired):
 		fmt.Fprintf(os.Stderr, "dlock run: lock %q not acquired within --wait %v: %v\n", c.key, &c.wait, err)
@@ -322,8 +323,39 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 	return nil, nil, exitUnavailable
 }
 
-func interrupted(s os.Signal) int {
-	fmt.Fprintf(os.Stderr, "dlock run: %v while waiting for the lock; giving up\n", s)
+// whileWaiting watches sigs while dlock waits for a lease: SIGTSTP stops dlock, as
+// its default action would; any other signal cancels the wait. stop ends the watch
+// and returns the signal that cancelled the wait (nil if none did).
+func whileWaiting(sigs <-chan os.Signal, cancel context.CancelFunc) (stop func() os.Signal) {
+	var caught os.Signal
+	watchDone, stopWatch := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGTSTP {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+					continue
+				}
+				caught = s
+				cancel()
+			case <-stopWatch:
+			}
+			return
+		}
+	}()
+	return func() os.Signal {
+		close(stopWatch)
+		<-watchDone
+		return caught
+	}
+}
+
+// interrupted reports that dlock command gave up its wait on signal s and returns
+// the exit code.
+func interrupted(command string, s os.Signal) int {
+	fmt.Fprintf(os.Stderr, "dlock %s: %v while waiting for the lease; giving up\n", command, s)
 	return exitSignalBase + int(s.(syscall.Signal))
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,8 @@ const (
 	twoHolders          flaw = "two-holders"           // up to two owners at once
 	constantToken       flaw = "constant-token"        // every grant gets token 1
 	barging             flaw = "barging"               // waiters poll a queued store, whoever asks first wins
+	splitVotes          flaw = "split-votes"           // TryLocks of a free key that overlap in time all fail
+	cancelLeavesGrant   flaw = "cancel-leaves-grant"   // a cancelled wait stays pending and takes the lock when it frees
 )
 
 // flaws maps each flaw to the property it breaks.
@@ -42,6 +45,8 @@ var flaws = map[flaw]spec.Property{
 	twoHolders:          spec.MutualExclusion,
 	constantToken:       spec.FencingMonotonic,
 	barging:             spec.FIFO,
+	splitVotes:          spec.SimultaneousTry,
+	cancelLeavesGrant:   spec.Cancellation,
 }
 
 // bargingLocker waits by polling TryAcquire on a memlock Store instead of queueing in
@@ -100,6 +105,12 @@ type flawedStore struct {
 	mu    sync.Mutex
 	locks map[string][]*flawedLock
 	token uint64
+	terms map[string]*flawedTerms // per election (broken_election_multi_test.go)
+	// splitVotes: the TryLocks of each key in flight, and whether they overlapped.
+	trying map[string]int
+	split  map[string]bool
+	// cancelLeavesGrant: per key, until when a cancelled wait is still pending.
+	pending map[string]time.Time
 }
 
 type flawedLock struct {
@@ -115,21 +126,29 @@ func (d flawedDriver) Close() error { return nil }
 
 func (d flawedDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	s := d.s
+	if s.flaw == splitVotes && s.overlapped(key) {
+		return nil, driver.Busy(0)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	lk, err := s.tryLocked(key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+// tryLocked is TryLock; the caller holds s.mu.
+func (s *flawedStore) tryLocked(key string, ttl time.Duration) (*flawedLock, error) {
 	now := time.Now()
 	live := s.locks[key][:0]
 	for _, l := range s.locks[key] {
-		if s.flaw == neverExpires || now.Before(l.expires) {
+		if s.neverExpires(key) || now.Before(l.expires) {
 			live = append(live, l)
 		}
 	}
 	s.locks[key] = live
-	limit := 1
-	if s.flaw == twoHolders {
-		limit = 2
-	}
-	if len(live) >= limit {
+	if len(live) >= s.limit(key) {
 		return nil, driver.Busy(0)
 	}
 	s.token++
@@ -141,12 +160,59 @@ func (d flawedDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	return l, nil
 }
 
+// overlapped registers a TryLock of key, lets 2ms pass (a vote's round trip) and
+// reports whether another TryLock of key was in flight meanwhile: then every one of
+// them fails, as contenders whose votes split do.
+func (s *flawedStore) overlapped(key string) bool {
+	s.mu.Lock()
+	s.trying[key]++
+	if s.trying[key] > 1 {
+		s.split[key] = true
+	}
+	s.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	split := s.split[key]
+	if s.trying[key]--; s.trying[key] == 0 {
+		delete(s.trying, key)
+		delete(s.split, key)
+	}
+	return split
+}
+
+// waitingDriver waits for a lock itself (driver.Waiter) by polling TryLock. With the
+// cancelLeavesGrant flaw a cancelled wait stays pending for 50ms, as a request the
+// server still serves after its client gave up: a release meanwhile hands the lock to
+// it, and it holds the lock for 20ms.
+type waitingDriver struct{ flawedDriver }
+
+func (d waitingDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	for {
+		lk, err := d.TryLock(ctx, key, ttl)
+		var busy *driver.BusyError
+		if !errors.As(err, &busy) {
+			return lk, err
+		}
+		select {
+		case <-ctx.Done():
+			if d.s.flaw == cancelLeavesGrant {
+				d.s.mu.Lock()
+				d.s.pending[key] = time.Now().Add(50 * time.Millisecond)
+				d.s.mu.Unlock()
+			}
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 func (l *flawedLock) Token() uint64 { return l.token }
 
 // find returns the index of l among key's live owners, or -1.
 func (l *flawedLock) find() int {
 	for i, o := range l.s.locks[l.key] {
-		if o == l && (l.s.flaw == neverExpires || time.Now().Before(o.expires)) {
+		if o == l && (l.s.neverExpires(l.key) || time.Now().Before(o.expires)) {
 			return i
 		}
 	}
@@ -174,21 +240,42 @@ func (l *flawedLock) Unlock(ctx context.Context) error {
 		delete(l.s.locks, l.key)
 		return nil
 	}
-	i := l.find()
-	if i < 0 {
+	if !l.unlockLocked() {
 		return dlock.ErrNotHeld
 	}
-	l.s.locks[l.key] = append(l.s.locks[l.key][:i], l.s.locks[l.key][i+1:]...)
+	if until, ok := l.s.pending[l.key]; ok {
+		delete(l.s.pending, l.key)
+		if now := time.Now(); now.Before(until) {
+			l.s.token++
+			l.s.locks[l.key] = append(l.s.locks[l.key], &flawedLock{s: l.s, key: l.key, token: l.s.token, expires: now.Add(20 * time.Millisecond)})
+		}
+	}
 	return nil
+}
+
+// unlockLocked removes l if it is still a live owner and reports whether it was;
+// the caller holds s.mu.
+func (l *flawedLock) unlockLocked() bool {
+	i := l.find()
+	if i < 0 {
+		return false
+	}
+	l.s.locks[l.key] = append(l.s.locks[l.key][:i], l.s.locks[l.key][i+1:]...)
+	return true
 }
 
 type flawedHarness struct {
 	s    *flawedStore
 	caps spec.Capabilities
+	wait bool // the driver waits itself (driver.Waiter)
 }
 
 func (h flawedHarness) NewLocker(t testing.TB) dlock.Locker {
-	return dlock.New(flawedDriver{h.s}, driver.Info{Name: "flawed-" + string(h.s.flaw)})
+	info := driver.Info{Name: "flawed-" + string(h.s.flaw)}
+	if h.wait {
+		return dlock.New(waitingDriver{flawedDriver{h.s}}, info)
+	}
+	return dlock.New(flawedDriver{h.s}, info)
 }
 
 func (h flawedHarness) Capabilities() spec.Capabilities { return h.caps }
@@ -202,16 +289,26 @@ func TestFlawedSuite(t *testing.T) {
 	if !ok {
 		t.Skip("run by TestSuiteCatchesFlaws with DLOCK_FLAW set")
 	}
-	caps := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true}
-	if p := os.Getenv("DLOCK_DECLARE"); p != "" {
-		caps.Weaknesses = []spec.Property{spec.Property(p)}
+	caps := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true,
+		Election: &spec.Primitive{Native: true, Fencing: true}, MultiKey: &spec.Primitive{Native: true, Fencing: true}}
+	if p := spec.Property(os.Getenv("DLOCK_DECLARE")); p != "" {
+		switch {
+		case slices.Contains(spec.ElectionProperties, p):
+			caps.Election.Weaknesses = []spec.Property{p}
+		case slices.Contains(spec.MultiKeyProperties, p):
+			caps.MultiKey.Weaknesses = []spec.Property{p}
+		default:
+			caps.Weaknesses = []spec.Property{p}
+		}
 	}
 	if os.Getenv("DLOCK_QUEUE") == "1" { // FIFO needs a store with a queue
 		caps.FIFO = true
 		conformance.Run(t, queueHarness{memlock.NewStore(), flaw(f) == barging, new(atomic.Int64), caps})
 		return
 	}
-	conformance.Run(t, flawedHarness{&flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}}, caps})
+	s := &flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}, terms: map[string]*flawedTerms{},
+		trying: map[string]int{}, split: map[string]bool{}, pending: map[string]time.Time{}}
+	conformance.Run(t, flawedHarness{s, caps, os.Getenv("DLOCK_WAITER") == "1"})
 }
 
 func TestSuiteCatchesFlaws(t *testing.T) {
@@ -221,37 +318,51 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 	for f, prop := range flaws {
 		t.Run(string(f), func(t *testing.T) {
 			t.Parallel()
-			run := func(fl flaw, declare bool) (string, error) {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedSuite$/^"+string(prop)+"$", "-test.v", "-test.count=1")
-				cmd.Env = append(os.Environ(), "DLOCK_FLAW="+string(fl))
-				if prop == spec.FIFO {
-					cmd.Env = append(cmd.Env, "DLOCK_QUEUE=1")
+			catches(t, "TestFlawedSuite", f, prop, func(fl flaw) []string {
+				env := []string{"DLOCK_FLAW=" + string(fl)}
+				switch prop {
+				case spec.FIFO:
+					env = append(env, "DLOCK_QUEUE=1")
+				case spec.Cancellation:
+					env = append(env, "DLOCK_WAITER=1")
 				}
-				if declare {
-					cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))
-				}
-				out, err := cmd.CombinedOutput()
-				return string(out), err
-			}
-			fail := "--- FAIL: TestFlawedSuite/" + string(prop)
-			pass := "--- PASS: TestFlawedSuite/" + string(prop)
-
-			out, err := run(noFlaw, false)
-			if err != nil || !strings.Contains(out, pass) {
-				t.Fatalf("control run without a flaw: want %s to pass, got err %v:\n%s", prop, err, out)
-			}
-			out, err = run(f, false)
-			if err == nil || !strings.Contains(out, fail) {
-				t.Fatalf("flaw %s: want %s to fail, got err %v:\n%s", f, prop, err, out)
-			}
-			out, err = run(f, true)
-			if err != nil || !strings.Contains(out, pass) || !strings.Contains(out, "declared weakness reproduced") {
-				t.Fatalf("flaw %s declared as a weakness: want %s to pass with the violation reproduced, got err %v:\n%s", f, prop, err, out)
-			}
-			out, err = run(noFlaw, true)
-			if err == nil || !strings.Contains(out, "did not reproduce") {
-				t.Fatalf("weakness %s declared on a sound store: want the suite to fail, got err %v:\n%s", prop, err, out)
-			}
+				return env
+			})
 		})
+	}
+}
+
+// catches runs the property prop of the suite in test (a child test process) four
+// ways, with the environment env gives for a flaw: without the flaw it must pass,
+// with flaw f it must fail, with f declared a weakness it must pass with the
+// violation reproduced, and declared on the sound store it must fail.
+func catches(t *testing.T, test string, f flaw, prop spec.Property, env func(fl flaw) []string) {
+	run := func(fl flaw, declare bool) (string, error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$/^"+string(prop)+"$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), env(fl)...)
+		if declare {
+			cmd.Env = append(cmd.Env, "DLOCK_DECLARE="+string(prop))
+		}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	fail := "--- FAIL: " + test + "/" + string(prop)
+	pass := "--- PASS: " + test + "/" + string(prop)
+
+	out, err := run(noFlaw, false)
+	if err != nil || !strings.Contains(out, pass) {
+		t.Fatalf("control run without a flaw: want %s to pass, got err %v:\n%s", prop, err, out)
+	}
+	out, err = run(f, false)
+	if err == nil || !strings.Contains(out, fail) {
+		t.Fatalf("flaw %s: want %s to fail, got err %v:\n%s", f, prop, err, out)
+	}
+	out, err = run(f, true)
+	if err != nil || !strings.Contains(out, pass) || !strings.Contains(out, "declared weakness reproduced") {
+		t.Fatalf("flaw %s declared as a weakness: want %s to pass with the violation reproduced, got err %v:\n%s", f, prop, err, out)
+	}
+	out, err = run(noFlaw, true)
+	if err == nil || !strings.Contains(out, "did not reproduce") {
+		t.Fatalf("weakness %s declared on a sound store: want the suite to fail, got err %v:\n%s", prop, err, out)
 	}
 }

@@ -27,6 +27,8 @@ const (
 	envTTL      = "DLOCK_CHILD_TTL"
 	envResource = "DLOCK_CHILD_RESOURCE"
 	envHolder   = "DLOCK_CHILD_HOLDER"
+	envWaiter   = "DLOCK_CHILD_WAITER" // "1": say "WAITING" before Acquire
+	envKind     = "DLOCK_CHILD_KIND"   // what the holder takes: "" (the mutex) or a primitive (childAcquire)
 )
 
 // ChildMain turns this process into a lock holder when a fault scenario started it
@@ -36,7 +38,8 @@ const (
 //	func TestMain(m *testing.M) { conformance.ChildMain(); os.Exit(m.Run()) }
 //
 // The holder opens the backend by URL (the backend package must be imported by the
-// test binary), acquires the key, says "HELD <token> <start-unix-ns>", checks its
+// test binary), says "WAITING" first if it was started as a waiter (WaiterCrash),
+// acquires the key, says "HELD <token> <start-unix-ns>", checks its
 // lease is still valid and says "CHECKED", then obeys one line on stdin: "WRITE"
 // enters the protected resource with its token (without checking its lease again:
 // the pause comes between the check and the write) and says "WROTE <answer>";
@@ -65,7 +68,10 @@ func holder(in io.Reader, out io.Writer) error {
 	}
 	defer l.Close()
 	start := time.Now()
-	ls, err := l.Acquire(ctx, os.Getenv(envKey), dlock.WithTTL(ttl))
+	if os.Getenv(envWaiter) == "1" {
+		fmt.Fprintln(out, "WAITING")
+	}
+	ls, err := childAcquire(ctx, l, os.Getenv(envKey), os.Getenv(envKind), dlock.WithTTL(ttl))
 	if err != nil {
 		return err
 	}
@@ -112,9 +118,44 @@ type child struct {
 // startHolder starts a holder of key on url and waits until it holds the lock.
 func startHolder(t testing.TB, url, key string, ttl time.Duration, resource, name string) *child {
 	t.Helper()
+	return startHolderOf(t, "", url, key, ttl, resource, name)
+}
+
+// startHolderOf starts a holder of key's kind (see childAcquire) on url and waits
+// until it holds its lease.
+func startHolderOf(t testing.TB, kind, url, key string, ttl time.Duration, resource, name string) *child {
+	t.Helper()
+	c := startChild(t, kind, url, key, ttl, resource, name, false)
+	line := c.expect("HELD", time.Minute)
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		t.Fatalf("holder child said %q", line)
+	}
+	c.token, _ = strconv.ParseUint(f[1], 10, 64)
+	ns, _ := strconv.ParseInt(f[2], 10, 64)
+	c.start = time.Unix(0, ns)
+	c.expect("CHECKED", time.Minute)
+	return c
+}
+
+// startWaiter starts a child that asks for the mutex key on url (a lock another
+// client holds) and returns once it is about to call Acquire.
+func startWaiter(t testing.TB, url, key string, ttl time.Duration, name string) *child {
+	t.Helper()
+	c := startChild(t, "", url, key, ttl, "", name, true)
+	c.expect("WAITING", time.Minute)
+	return c
+}
+
+// startChild starts the test binary as a holder (or waiter) child of key's kind.
+func startChild(t testing.TB, kind, url, key string, ttl time.Duration, resource, name string, waiter bool) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"=holder", envURL+"="+url, envKey+"="+key,
-		envTTL+"="+ttl.String(), envResource+"="+resource, envHolder+"="+name)
+		envTTL+"="+ttl.String(), envResource+"="+resource, envHolder+"="+name, envKind+"="+kind)
+	if waiter {
+		cmd.Env = append(cmd.Env, envWaiter+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
@@ -137,15 +178,6 @@ func startHolder(t testing.TB, url, key string, ttl time.Duration, resource, nam
 		}
 	}()
 	t.Cleanup(c.kill)
-	line := c.expect("HELD", time.Minute)
-	f := strings.Fields(line)
-	if len(f) != 3 {
-		t.Fatalf("holder child said %q", line)
-	}
-	c.token, _ = strconv.ParseUint(f[1], 10, 64)
-	ns, _ := strconv.ParseInt(f[2], 10, 64)
-	c.start = time.Unix(0, ns)
-	c.expect("CHECKED", time.Minute)
 	return c
 }
 

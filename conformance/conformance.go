@@ -5,6 +5,13 @@
 // real faults — crashed and paused holders, restarts, failovers, partitions, quorum
 // loss, leader kills, clock jumps — and checks what each does to the lock.
 //
+// A backend that declares semaphores, read-write locks, elections or sets of keys
+// (spec.Capabilities.Semaphore, RWLock, Election, MultiKey) has their properties
+// checked by Run too (spec.SemaphoreProperties, RWLockProperties,
+// ElectionProperties, MultiKeyProperties), and their fault scenarios run by
+// RunFaults (the mutex's, on the primitive: spec.SemaphoreScenarios,
+// RWLockScenarios, ElectionScenarios).
+//
 // A declared weakness is checked too, the other way round: the suite demands that the
 // property is seen to fail, so that a backend whose documentation says "this breaks"
 // keeps a test that shows it breaking. A surprise in either direction fails.
@@ -26,9 +33,9 @@
 //	interface          enables
 //	Vanisher           DeadlockFreedom, DoneAndErr with a client that vanishes as a crashed process does
 //	KeyDeleter         OwnerOnlyRelease, DoneAndErr with a lock deleted behind its holder's back
-//	QueueInspector     FIFO (needs Capabilities.FIFO)
+//	QueueInspector     FIFO (needs Capabilities.FIFO); WaiterCrash then sees its waiters queue
 //	WeaknessReproducer declared weaknesses that need a fault of the harness's own
-//	URLer              HolderCrash, HolderPause, HolderPauseFenced (holders in child processes: call ChildMain)
+//	URLer              HolderCrash, WaiterCrash, HolderPause, HolderPauseFenced (holders and waiters in child processes: call ChildMain)
 //	ServerRestarter    ServerRestart
 //	Failoverer         Failover, FailoverFencing
 //	Partitioner        Partition, StoreHang (with a Link per client)

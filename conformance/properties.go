@@ -353,6 +353,7 @@ func (s *suite) cancellation(t *testing.T, v *verdict) {
 		return
 	}
 	release(t, lc)
+	s.cancelledWaitLeavesNothing(t, v, a, b, c)
 }
 
 func (s *suite) fencingMonotonic(t *testing.T, v *verdict) {

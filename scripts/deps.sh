@@ -3,7 +3,7 @@
 # `dlock compare`). Idempotent: installs only what is missing.
 #
 # Debian/Ubuntu with apt-get: installs redis-server redis-tools mariadb-server
-# zookeeper faketime docker-compose gcc libc6-dev chromium (as root, or through sudo) and makes sure the
+# zookeeper faketime docker-compose gcc libc6-dev chromium libcurator-recipes-java (as root, or through sudo) and makes sure the
 # distribution's own daemons are not left running: internal/servers starts its own
 # servers on free loopback ports.
 #
@@ -17,7 +17,9 @@ set -euo pipefail
 # gcc + libc6-dev build the tiny clock shim of internal/servers (libfaketime cannot run
 # jemalloc-linked redis-server); faketime is kept for other binaries.
 # chromium (headless) renders the HTML report of `dlock compare` in the cmd/dlock tests.
-PKGS=(redis-server redis-tools mariadb-server zookeeper faketime docker-compose gcc libc6-dev chromium)
+# libcurator-recipes-java (Apache Curator) runs beside dlock in backends/zklock's
+# TestCuratorInterop: the two share a semaphore and a read-write lock.
+PKGS=(redis-server redis-tools mariadb-server zookeeper faketime docker-compose gcc libc6-dev chromium libcurator-recipes-java)
 SERVICES=(redis-server mariadb mysql zookeeper)
 if [ "${DLOCK_DEPS_DOCKER:-}" = 1 ]; then
 	PKGS+=(docker.io debootstrap)

@@ -15,8 +15,9 @@
 #     the engine at $DOCKER_HOST (no `docker build`, no network in the engine).
 #
 # The cache ($DLOCK_IMAGE_CACHE, default /var/cache/dlock-images, outside the
-# checkout) keeps the tar under a key made of this script, the candidate version of
-# every package installed, the etcd version and the Go version: a run whose key is
+# checkout) keeps the tar under a key made of the build recipe (build() below and
+# the package list), the candidate version of every package installed, the etcd
+# version and the Go version: a run whose key is
 # cached only imports. Delete the directory to rebuild.
 #
 # Needs root (debootstrap, chroot), debootstrap and docker (make deps-docker).
@@ -46,9 +47,6 @@ if [ "$(printf '%s\n' "$versions" | grep -c .)" -ne ${#PKGS[@]} ] || printf '%s\
 	log "apt knows no candidate for every package (run apt-get update): $versions"
 	exit 1
 fi
-key=$(printf '%s\n' "$(sha256sum <"$0")" "$suite" "$versions" "$etcd_version" "$(go env GOVERSION)" | sha256sum | cut -c1-12)
-tar="$cache/servers-$key.tar"
-image="dlock-ci/servers:$key"
 
 build() {
 	local t0 work root
@@ -99,6 +97,12 @@ build() {
 	log "built $tar ($(du -h "$tar" | cut -f1)) in $(( $(date +%s) - t0 ))s"
 }
 
+# The recipe is the build function and the package list: the environment printed at
+# the end can change without a rebuild.
+key=$(printf '%s\n' "$(declare -f build)" "${PKGS[*]}" "$suite" "$versions" "$etcd_version" "$(go env GOVERSION)" | sha256sum | cut -c1-12)
+tar="$cache/servers-$key.tar"
+image="dlock-ci/servers:$key"
+
 if [ -f "$tar" ]; then
 	log "cached: $tar"
 else
@@ -126,6 +130,8 @@ cat <<EOF
 export DLOCK_REDIS_IMAGE=$image
 export DLOCK_MARIADB_IMAGE=$image
 export DLOCK_ZOOKEEPER_IMAGE=$image
-export DLOCK_ZOOKEEPER_IMAGE_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+# Netty's codec, resolver and native-unix jars: the Netty connection factory (TLS)
+# needs more of Netty than zookeeper.jar's manifest names, as on the local path.
+export DLOCK_ZOOKEEPER_IMAGE_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar:/usr/share/java/netty-transport-native-unix-common.jar
 export DLOCK_ETCD_IMAGE=$image
 EOF

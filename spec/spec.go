@@ -28,6 +28,7 @@ const (
 	Expiry           Property = "Expiry"           // an unrefreshed lease ends (Done) before anyone else is granted
 	Refresh          Property = "Refresh"          // Refresh and WithAutoRenew keep a lease past its first TTL
 	TryAcquire       Property = "TryAcquire"       // one attempt, ErrNotAcquired without waiting
+	SimultaneousTry  Property = "SimultaneousTry"  // clients that TryAcquire a free key at one moment: exactly one wins; none while it is held
 	Cancellation     Property = "Cancellation"     // ctx ends a wait promptly and leaves no lock behind
 	FencingMonotonic Property = "FencingMonotonic" // tokens strictly increase per key (or are all 0 without fencing)
 	KeyIsolation     Property = "KeyIsolation"     // similar keys are different locks
@@ -41,14 +42,17 @@ const (
 
 // Properties lists every property in the order conformance.Run checks them.
 var Properties = []Property{MutualExclusion, DeadlockFreedom, OwnerOnlyRelease, Expiry, Refresh,
-	TryAcquire, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
+	TryAcquire, SimultaneousTry, Cancellation, FencingMonotonic, KeyIsolation, InputValidation, Close,
 	ConcurrentUse, DoneAndErr, FIFO, NoGoroutineLeaks}
 
 // PrimitiveProperties lists the properties of the primitives beyond the mutex
 // (semaphores, read-write locks, elections, multi-key locks), which conformance.Run
-// checks where a backend declares the primitive; each primitive's file appends its
-// own in init.
+// checks where a backend declares the primitive (listed in primitives.go's init).
 var PrimitiveProperties []Property
+
+// PrimitiveScenarios lists the fault scenarios of the primitives beyond the mutex
+// (each mirrors a mutex scenario: MutexScenarioOf; listed in primitives.go's init).
+var PrimitiveScenarios []Scenario
 
 // Scenario names a fault that conformance.RunFaults injects.
 type Scenario string
@@ -57,6 +61,7 @@ type Scenario string
 // (named in brackets; see package conformance).
 const (
 	HolderCrash       Scenario = "HolderCrash"       // [URLer] the holder process gets SIGKILL
+	WaiterCrash       Scenario = "WaiterCrash"       // [URLer] a waiting process gets SIGKILL: the waiters behind it are still served
 	HolderPause       Scenario = "HolderPause"       // [URLer] the holder is SIGSTOPped past its TTL, then writes (unfenced resource)
 	HolderPauseFenced Scenario = "HolderPauseFenced" // the same, against a resource that checks fencing tokens
 	ServerRestart     Scenario = "ServerRestart"     // [ServerRestarter] every server restarts while a lock is held
@@ -77,7 +82,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order conformance.RunFaults runs them.
-var Scenarios = []Scenario{HolderCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
+var Scenarios = []Scenario{HolderCrash, WaiterCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
 	Partition, StoreHang, QuorumLoss, LeaderKill, LeaderKillLease, ClockJump, ClockJumpBareMajority}
 
 // Status is the outcome of one property under one scenario on one backend, or what
@@ -134,6 +139,10 @@ type Capabilities struct {
 	// ahead, a lock deleted behind its holder's back, a client cut off the network).
 	// A run without that harness (`dlock check`) checks them as guarantees.
 	HarnessOnly []Property
+	// SometimesWeak: properties the backend violates in some runs and not in others
+	// (a race the check's trials may or may not hit). Both outcomes agree with the
+	// declaration; the report says which one this run saw.
+	SometimesWeak []Property
 	// FaultOutcomes overrides what a scenario is expected to show (by default every
 	// guarantee holds, except that an unfenced resource sees a paused holder's
 	// write; see Expect).
@@ -189,4 +198,33 @@ func (c Capabilities) Expect(s Scenario) Status {
 		}
 	}
 	return Held
+}
+
+// Finding is one thing an inspection of a deployment's own configuration found
+// (dlock.Inspect, `dlock check --doctor`): a setting, as the server reports it, and
+// what it means for the locks under one fault scenario of the conformance report —
+// or, for a setting that matters without any fault (eviction), one property.
+type Finding struct {
+	// Scenario is the fault under which Setting matters, in the report's words;
+	// empty when Property names what is at risk instead.
+	Scenario Scenario
+	// Property is what Setting puts at risk without any fault; empty when Scenario is
+	// set.
+	Property Property
+	// Exposed: this deployment is exposed — under Scenario (or at any time, for a
+	// Property) its locks lose what Detail says. False: the setting protects the
+	// locks, or the finding is for information.
+	Exposed bool
+	// Setting is what was read, in the server's terms, e.g. "appendonly=no".
+	Setting string
+	// Detail says in a sentence or two what the setting means for the locks.
+	Detail string
+}
+
+// Topic is the report's name for what f is about: its Scenario, else its Property.
+func (f Finding) Topic() string {
+	if f.Scenario != "" {
+		return string(f.Scenario)
+	}
+	return string(f.Property)
 }

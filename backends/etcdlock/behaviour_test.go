@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +14,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/etcdlock"
+	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/peers/etcdpeer"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // newPeer returns etcd's concurrency.Mutex as a dlock.Locker (package etcdpeer) on
@@ -397,4 +402,110 @@ func TestTablesShrink(t *testing.T) {
 	if after := etcdlock.IdleLeaseBuckets(l); after >= before {
 		t.Errorf("idle TTL buckets %d before and %d after the short leases expired: the pool did not shrink", before, after)
 	}
+}
+
+// TestTLSAndAuthRefusals: a member with authentication enabled refuses a wrong
+// password, no credentials, and a user whose role does not cover the prefix; a
+// member that requires TLS and client certificates refuses a client without either
+// or one that does not trust its CA. No error shows the password.
+func TestTLSAndAuthRefusals(t *testing.T) {
+	prefix := "/refusals-" + randHex(4)
+	plain := servertest.NewEtcd(t)
+	addLockUser(t, plain, prefix)
+	pki := servertest.PKI(t)
+	tlsOnly := servertest.NewEtcdWith(t, servers.EtcdOptions{TLS: pki})
+	ctx := ctxFor(t, time.Minute)
+	good := "etcd://locker:" + secretPassword + "@" + plain.Addr() + prefix
+	l, err := dlock.Open(ctx, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := l.TryAcquire(ctx, "k"); err != nil {
+		t.Errorf("the lock user on its prefix: %v", err)
+	} else {
+		_ = ls.Release(ctx)
+	}
+	l.Close()
+	other := servertest.PKI(t).URLQuery() // another CA, and a client certificate of it
+	for _, c := range []struct{ name, url, want string }{
+		{"wrong password", "etcd://locker:WRONG-" + secretPassword + "@" + plain.Addr() + prefix, "authentication failed"},
+		{"no user", "etcd://" + plain.Addr() + prefix, "user name is empty"},
+		{"outside the prefix", "etcd://locker:" + secretPassword + "@" + plain.Addr() + "/elsewhere", "permission denied"},
+		{"plain text to TLS", "etcd://" + tlsOnly.Addr() + prefix, ""},
+		{"no client certificate", "etcd://" + tlsOnly.Addr() + prefix + "?tls_ca=" + url.QueryEscape(pki.CAFile), ""},
+		{"another CA", "etcd://" + tlsOnly.Addr() + prefix + "?" + other, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cctx := ctxFor(t, 2*time.Second)
+			l, err := dlock.Open(cctx, c.url)
+			if err == nil {
+				_, err = l.TryAcquire(cctx, "k")
+				l.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) || errors.Is(err, dlock.ErrInvalidURL) {
+				t.Errorf("want a refusal saying %q, got %v", c.want, err)
+			}
+			if err != nil && strings.Contains(err.Error(), secretPassword) {
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+// TestInspect: the deployment check reports a single member as exposed to the loss
+// of its only server, and a healthy 3-member cluster as tolerating one.
+func TestInspect(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		m := servertest.Findings(t, "etcd://"+servertest.Etcd(t).Addr())
+		if f := m[string(spec.QuorumLoss)]; !f.Exposed || !strings.Contains(f.Setting, "members=1 healthy=1") {
+			t.Errorf("QuorumLoss: %+v", f)
+		}
+		if f := m[string(spec.LeaderKill)]; !f.Exposed {
+			t.Errorf("LeaderKill: %+v", f)
+		}
+		if f := m[string(spec.ClockJump)]; f.Exposed {
+			t.Errorf("ClockJump: %+v", f)
+		}
+	})
+	t.Run("secure", func(t *testing.T) {
+		e, pki := secureEtcd(t, "/inspect")
+		m := servertest.Findings(t, "etcd://locker:"+secretPassword+"@"+e.Addr()+"/inspect?"+pki.URLQuery())
+		if f := m[string(spec.QuorumLoss)]; !f.Exposed || !strings.Contains(f.Setting, "members=1 healthy=1") {
+			t.Errorf("QuorumLoss: %+v", f)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := servertest.EtcdCluster(t, 3)
+		m := servertest.Findings(t, "etcd://"+strings.Join(c.Endpoints(), ","))
+		if f := m[string(spec.QuorumLoss)]; f.Exposed || !strings.Contains(f.Setting, "members=3 healthy=3") {
+			t.Errorf("QuorumLoss: %+v", f)
+		}
+		if f := m[string(spec.LeaderKill)]; f.Exposed {
+			t.Errorf("LeaderKill: %+v", f)
+		}
+		// A follower, not the leader: the cluster then stops quickly at the end (a
+		// stopping leader first hands over to a live follower).
+		leader, err := c.Leader(ctxFor(t, 30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The dead member's endpoint first: the opener must not stop at it.
+		var eps []string
+		killed := false
+		for _, m := range c.Members {
+			if m == leader || killed {
+				eps = append(eps, m.Addr())
+				continue
+			}
+			if err := m.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+			eps = append([]string{m.Addr()}, eps...)
+		}
+		m = servertest.Findings(t, "etcd://"+strings.Join(eps, ","))
+		if f := m[string(spec.QuorumLoss)]; !f.Exposed || !strings.Contains(f.Setting, "healthy=2") || !strings.Contains(f.Setting, "does not answer") {
+			t.Errorf("QuorumLoss with a member down: %+v", f)
+		}
+	})
 }

@@ -34,13 +34,21 @@ type harness struct {
 	name      string
 	endpoints []string
 	prefix    string
+	// urlFor, when set, gives the URL of a Locker reaching the endpoints eps (the
+	// client's proxies): NewLocker opens it. admin configures the harness's own
+	// client (TLS, root's credentials).
+	urlFor   func(eps []string) string
+	adminCfg func(*clientv3.Config)
 
 	mu      sync.Mutex
 	proxies map[dlock.Locker][]*servers.Proxy
 }
 
-func newHarness(t testing.TB, endpoints []string) *harness {
-	h := &harness{name: "etcd", endpoints: endpoints, prefix: "/dlock-test-" + randHex(4), proxies: map[dlock.Locker][]*servers.Proxy{}}
+func newHarness(t testing.TB, endpoints []string) *harness { return newHarnessWith(t, endpoints, nil) }
+
+// newHarnessWith is newHarness whose own client is configured by admin.
+func newHarnessWith(t testing.TB, endpoints []string, admin func(*clientv3.Config)) *harness {
+	h := &harness{name: "etcd", endpoints: endpoints, prefix: "/dlock-test-" + randHex(4), proxies: map[dlock.Locker][]*servers.Proxy{}, adminCfg: admin}
 	h.admin(t, func(ctx context.Context, cli *clientv3.Client) {
 		if _, err := cli.Get(ctx, h.prefix); err != nil {
 			t.Fatalf("etcd: %v", err)
@@ -54,7 +62,11 @@ func newHarness(t testing.TB, endpoints []string) *harness {
 // balancer's new pick) that the suite's goroutine-leak check cannot tell from leaks.
 func (h *harness) admin(t testing.TB, f func(ctx context.Context, cli *clientv3.Client)) {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: h.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cfg := clientv3.Config{Endpoints: h.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if h.adminCfg != nil {
+		h.adminCfg(&cfg)
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)
 	}
@@ -89,7 +101,12 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 		ps = append(ps, p)
 		eps = append(eps, p.Addr())
 	}
-	l := etcdlock.New(newClient(t, eps), etcdlock.WithPrefix(h.prefix))
+	var l dlock.Locker
+	if h.urlFor != nil {
+		l = servertest.Open(t, h.urlFor(eps))
+	} else {
+		l = etcdlock.New(newClient(t, eps), etcdlock.WithPrefix(h.prefix))
+	}
 	h.mu.Lock()
 	h.proxies[l] = ps
 	h.mu.Unlock()
@@ -101,7 +118,12 @@ func (h *harness) Capabilities() spec.Capabilities { return conformance.MustDecl
 func (h *harness) Name() string { return h.name }
 
 // url is the etcd:// URL of the harness's endpoints and prefix.
-func (h *harness) url() string { return "etcd://" + strings.Join(h.endpoints, ",") + h.prefix }
+func (h *harness) url() string {
+	if h.urlFor != nil {
+		return h.urlFor(h.endpoints)
+	}
+	return "etcd://" + strings.Join(h.endpoints, ",") + h.prefix
+}
 
 // clusterHarness is a harness on a 3-member cluster.
 func clusterHarness(t testing.TB, endpoints []string) *harness {
@@ -155,6 +177,65 @@ func (h *harness) DeleteKey(t testing.TB, key string) {
 func TestConformance(t *testing.T) {
 	e := servertest.Etcd(t)
 	conformance.Run(t, newHarness(t, e.Endpoints()))
+}
+
+// secretPassword is the lock user's password in the authentication tests: no
+// message may show it.
+const secretPassword = "S3CRET-etcd-pw"
+
+// secureEtcd starts a member that serves TLS only and requires client
+// certificates, with authentication enabled and a user "locker" (password
+// secretPassword) whose role may read and write the keys under prefix and nothing
+// else: what a lock user needs. It returns the member and its PKI.
+func secureEtcd(t testing.TB, prefix string) (*servers.Etcd, *servers.PKI) {
+	pki := servertest.PKI(t)
+	e := servertest.NewEtcdWith(t, servers.EtcdOptions{TLS: pki})
+	addLockUser(t, e, prefix)
+	return e, pki
+}
+
+// addLockUser enables authentication on e and adds the user "locker" (password
+// secretPassword) with read and write permission on the keys under prefix.
+func addLockUser(t testing.TB, e *servers.Etcd, prefix string) {
+	if err := e.EnableAuth(ctxFor(t, 30*time.Second), "r00t-pw"); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := e.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := ctxFor(t, 30*time.Second)
+	for _, step := range []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "locker", secretPassword); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "locks"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "locks", prefix+"/", clientv3.GetPrefixRangeEnd(prefix+"/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserGrantRole(ctx, "locker", "locks"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestConformanceTLSAuth runs the suite on Lockers opened from an etcd:// URL with a
+// CA, a client certificate and key, a server name, and the user and password of a
+// role that may use only the lock prefix — against a member that serves TLS only,
+// requires client certificates and has authentication enabled.
+func TestConformanceTLSAuth(t *testing.T) {
+	prefix := "/dlock-secure-" + randHex(4)
+	e, pki := secureEtcd(t, prefix)
+	h := newHarnessWith(t, e.Endpoints(), func(c *clientv3.Config) {
+		c.TLS, c.Username, c.Password = pki.ClientTLS(), "root", "r00t-pw"
+	})
+	h.name, h.prefix = "etcd (TLS, client certificates, authentication)", prefix
+	h.urlFor = func(eps []string) string {
+		return "etcd://locker:" + secretPassword + "@" + strings.Join(eps, ",") + h.prefix + "?" + pki.URLQuery()
+	}
+	conformance.Run(t, h)
 }
 
 // TestConformanceCluster runs the suite on a 3-member cluster whose members are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -95,7 +96,12 @@ func (d *etcdDriver) heldCount() int {
 }
 
 func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	queue := d.queue(key)
+	return d.tryIn(ctx, key, d.queue(key), "", ttl)
+}
+
+// tryIn takes the lock whose queue is queue (a mutex's, or an election's) for key,
+// its key written with value, if nobody queues in it.
+func (d *etcdDriver) tryIn(ctx context.Context, key, queue, value string, ttl time.Duration) (driver.Lock, error) {
 	for retried := false; ; retried = true {
 		ls, err := d.leases.get(ctx, ttl)
 		if err != nil {
@@ -104,7 +110,7 @@ func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration)
 		name := lockKey(queue, ls)
 		resp, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(queue), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(name, "", clientv3.WithLease(ls.id))).
+			Then(clientv3.OpPut(name, value, clientv3.WithLease(ls.id))).
 			Commit()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried:
@@ -116,12 +122,30 @@ func (d *etcdDriver) TryLock(ctx context.Context, key string, ttl time.Duration)
 			d.leases.put(ls)
 			return nil, driver.Busy(0)
 		}
-		return d.grant(key, name, resp.Header.Revision, resp.Header.Revision, ls), nil
+		return d.grant(key, name, value, resp.Header.Revision, resp.Header.Revision, ls), nil
 	}
 }
 
 func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	queue := d.queue(key)
+	return d.enqueue(ctx, key, d.queue(key), "", ttl, true, mutexRule)
+}
+
+// rule decides, from the keys queued before ours (preds) and after it (later),
+// which of preds must be gone before ours is granted and how many of them may stay;
+// or refuses the grant (a conflict).
+type rule func(preds, later []*mvccpb.KeyValue) (waitFor []*mvccpb.KeyValue, keep int, err error)
+
+// mutexRule: every key queued before ours must go.
+func mutexRule(preds, _ []*mvccpb.KeyValue) ([]*mvccpb.KeyValue, int, error) { return preds, 0, nil }
+
+// enqueue puts our key (with value) into queue and takes the lock as r decides:
+// at once, or — with wait — after waiting in the queue; without wait it takes our
+// key out again and returns Busy.
+func (d *etcdDriver) enqueue(ctx context.Context, key, queue, value string, ttl time.Duration, wait bool, r rule) (driver.Lock, error) {
+	get := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	if value == "" {
+		get = append(get, clientv3.WithKeysOnly())
+	}
 	for retried := false; ; {
 		ls, err := d.leases.get(ctx, ttl)
 		if err != nil {
@@ -130,9 +154,7 @@ func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (d
 		name := lockKey(queue, ls)
 		resp, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-			Then(clientv3.OpPut(name, "", clientv3.WithLease(ls.id)),
-				clientv3.OpGet(queue, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))).
+			Then(clientv3.OpPut(name, value, clientv3.WithLease(ls.id)), clientv3.OpGet(queue, get...)).
 			Commit()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried:
@@ -146,16 +168,27 @@ func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (d
 			return nil, fmt.Errorf("etcd: %s already exists", name)
 		}
 		rev := resp.Header.Revision
-		var preds []*mvccpb.KeyValue
+		var preds, later []*mvccpb.KeyValue
 		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-			if kv.CreateRevision < rev {
+			switch {
+			case kv.CreateRevision < rev:
 				preds = append(preds, kv)
+			case string(kv.Key) != name:
+				later = append(later, kv)
 			}
 		}
-		if len(preds) == 0 {
-			return d.grant(key, name, rev, rev, ls), nil
+		waitFor, keep, err := r(preds, later)
+		switch {
+		case err != nil:
+			d.dequeue(name, rev, ls)
+			return nil, err
+		case len(waitFor) <= keep:
+			return d.grant(key, name, value, rev, rev, ls), nil
+		case !wait:
+			d.dequeue(name, rev, ls)
+			return nil, driver.Busy(0)
 		}
-		seen, err := d.wait(ctx, queue, name, rev, preds, ls)
+		seen, err := d.wait(ctx, queue, name, rev, waitFor, keep, ls)
 		if err == nil {
 			// The lease was renewed every third of its TTL while we queued: renew it
 			// once more, so that the lock is valid for its whole TTL from the grant.
@@ -171,15 +204,29 @@ func (d *etcdDriver) Lock(ctx context.Context, key string, ttl time.Duration) (d
 			d.leases.revoke(ls) // leaves the queue: the lease takes our key away
 			return nil, err
 		}
-		return d.grant(key, name, rev, seen, ls), nil
+		return d.grant(key, name, value, rev, seen, ls), nil
 	}
 }
 
-// wait waits until none of preds (the keys queued before ours, by create revision,
-// as of revision rev) exists, keeping our lease alive meanwhile. It returns a revision
-// at which our key was still there and all of preds were gone. errLeaseLost: our key
-// is gone.
-func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, preds []*mvccpb.KeyValue, ls *lease) (int64, error) {
+// dequeue deletes our key (created at rev) and puts its lease back in the pool; if
+// the delete fails, it revokes the lease, which takes the key away.
+func (d *etcdDriver) dequeue(name string, rev int64, ls *lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	resp, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(name), "=", rev)).
+		Then(clientv3.OpDelete(name)).Commit()
+	if err != nil || !resp.Succeeded {
+		d.leases.revoke(ls)
+		return
+	}
+	d.leases.put(ls)
+}
+
+// wait waits until at most keep of preds (keys queued before ours, by create
+// revision, as of revision rev) exist, keeping our lease alive meanwhile. It returns
+// a revision at which our key was still there and enough of preds were gone.
+// errLeaseLost: our key is gone.
+func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, preds []*mvccpb.KeyValue, keep int, ls *lease) (int64, error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
@@ -189,16 +236,12 @@ func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, pr
 		defer wg.Done()
 		d.keepAlive(wctx, ls, cancel)
 	}()
-	last := rev
-	for i := len(preds) - 1; i >= 0; i-- {
-		at, err := d.waitGone(wctx, preds[i], 0)
-		if err != nil {
-			if c := context.Cause(wctx); errors.Is(c, errLeaseLost) {
-				return 0, c
-			}
-			return 0, fmt.Errorf("waiting in %s: %w", queue, err)
+	last, err := d.waitPreds(wctx, queue, rev, preds, keep)
+	if err != nil {
+		if c := context.Cause(wctx); errors.Is(c, errLeaseLost) {
+			return 0, c
 		}
-		last = max(last, at)
+		return 0, fmt.Errorf("waiting in %s: %w", queue, err)
 	}
 	cancel(nil)
 	wg.Wait()
@@ -211,6 +254,91 @@ func (d *etcdDriver) wait(ctx context.Context, queue, name string, rev int64, pr
 		return 0, errLeaseLost
 	}
 	return at, nil
+}
+
+// waitPreds waits until at most keep of preds exist and returns a revision at
+// which that was so. With keep 0 it watches the latest of preds still there, then
+// reads once which of the others are left (most are gone by then: they held the
+// lock before it), and so on: a release wakes one waiter, and a hand-off costs a
+// waiter one watch and one read however long the queue. Otherwise it watches the
+// whole queue.
+func (d *etcdDriver) waitPreds(ctx context.Context, queue string, rev int64, preds []*mvccpb.KeyValue, keep int) (int64, error) {
+	last := rev
+	if keep == 0 {
+		left := slices.Clone(preds) // by create revision, ascending
+		for len(left) > 0 {
+			at, err := d.waitGone(ctx, left[len(left)-1], 0)
+			if err != nil {
+				return 0, err
+			}
+			last = max(last, at)
+			left = left[:len(left)-1]
+			if len(left) == 0 {
+				break
+			}
+			resp, err := d.cli.Get(ctx, queue, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1))
+			if err != nil {
+				if err := pause(ctx, retryPause); err != nil {
+					return 0, err
+				}
+				continue // no read: wait for the next one in turn (it returns at once if gone)
+			}
+			present := map[string]int64{}
+			for _, kv := range resp.Kvs {
+				present[string(kv.Key)] = kv.CreateRevision
+			}
+			left = slices.DeleteFunc(left, func(kv *mvccpb.KeyValue) bool { return present[string(kv.Key)] != kv.CreateRevision })
+			last = max(last, resp.Header.Revision)
+		}
+		return last, nil
+	}
+	left := map[string]int64{} // key → create revision
+	for _, kv := range preds {
+		left[string(kv.Key)] = kv.CreateRevision
+	}
+	from := rev + 1
+	for {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range d.cli.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(from)) {
+			if wr.Err() != nil {
+				break // compacted, no leader, cancelled: read the queue itself
+			}
+			for _, ev := range wr.Events {
+				if cr, ok := left[string(ev.Kv.Key)]; ok && ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > cr {
+					delete(left, string(ev.Kv.Key))
+					last = max(last, ev.Kv.ModRevision)
+				}
+			}
+			if len(left) <= keep {
+				cancel()
+				return last, nil
+			}
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		resp, err := d.cli.Get(ctx, queue, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			if err := pause(ctx, retryPause); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		present := map[string]int64{}
+		for _, kv := range resp.Kvs {
+			present[string(kv.Key)] = kv.CreateRevision
+		}
+		for k, cr := range left {
+			if present[k] != cr {
+				delete(left, k)
+			}
+		}
+		last, from = max(last, resp.Header.Revision), resp.Header.Revision+1
+		if len(left) <= keep {
+			return last, nil
+		}
+	}
 }
 
 // keepAlive renews ls every third of its TTL until ctx ends; if the server says the
@@ -315,10 +443,10 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// grant makes the lock for our key name (created at rev, seen still there at seen)
-// and starts watching it for loss.
-func (d *etcdDriver) grant(key, name string, rev, seen int64, ls *lease) *etcdLock {
-	lk := &etcdLock{d: d, key: key, name: name, rev: rev, lease: ls, lost: make(chan struct{})}
+// grant makes the lock for our key name (written with value, created at rev, seen
+// still there at seen) and starts watching it for loss.
+func (d *etcdDriver) grant(key, name, value string, rev, seen int64, ls *lease) *etcdLock {
+	lk := &etcdLock{d: d, key: key, name: name, value: value, rev: rev, lease: ls, lost: make(chan struct{})}
 	lk.watchCtx, lk.stopWatch = context.WithCancel(d.ctx)
 	d.mu.Lock()
 	d.held[heldID{key, uint64(rev)}] = name
@@ -358,6 +486,7 @@ type etcdLock struct {
 	d         *etcdDriver
 	key       string
 	name      string
+	value     string // what our key holds (an election's leader value)
 	rev       int64
 	watchCtx  context.Context
 	stopWatch context.CancelFunc
@@ -436,7 +565,7 @@ func (l *etcdLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	resp, err := l.d.cli.Txn(ctx).If(l.owned()).
-		Then(clientv3.OpPut(l.name, "", clientv3.WithLease(nl.id))).Commit()
+		Then(clientv3.OpPut(l.name, l.value, clientv3.WithLease(nl.id))).Commit()
 	switch {
 	case err != nil:
 		// Our key is on cur or on nl: neither can be trusted nor revoked.

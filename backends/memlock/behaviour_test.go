@@ -50,11 +50,11 @@ func TestExpiredLocksAreReaped(t *testing.T) {
 	ctx := context.Background()
 	const n = 10000
 	for i := range n {
-		if _, err := l.TryAcquire(ctx, fmt.Sprint("k", i), dlock.WithTTL(100*time.Millisecond)); err != nil {
+		if _, err := l.TryAcquire(ctx, fmt.Sprint("k", i), dlock.WithTTL(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(1200 * time.Millisecond) // the leases expire and the reaping interval passes
+	time.Sleep(2100 * time.Millisecond) // the leases expire and the reaping interval passes
 	ls, err := l.TryAcquire(ctx, "last", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)

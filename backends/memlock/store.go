@@ -22,7 +22,9 @@ type Store struct {
 	queues  map[string][]*waiter                  // per key, in arrival order
 	pollers map[string]map[chan struct{}]struct{} // Acquires with a retry strategy, woken when key frees
 	token   uint64                                // last token handed out; one counter for all keys keeps each key's tokens increasing
+	terms   map[string]*terms                     // per election name (election.go)
 	reaped  time.Time                             // when expired entries were last reaped
+	prims   map[string]*prim                      // semaphores and read-write locks (primitives.go)
 }
 
 // reapEvery is how often a grant reaps the entries of expired, unreleased locks: the
@@ -43,7 +45,8 @@ type waiter struct {
 
 // NewStore returns an empty lock space.
 func NewStore() *Store {
-	return &Store{locks: map[string]*entry{}, queues: map[string][]*waiter{}, pollers: map[string]map[chan struct{}]struct{}{}}
+	return &Store{locks: map[string]*entry{}, queues: map[string][]*waiter{}, pollers: map[string]map[chan struct{}]struct{}{},
+		prims: map[string]*prim{}, terms: map[string]*terms{}}
 }
 
 // Delete removes key's lock whoever holds it, as an operator deleting a lock by hand
@@ -112,18 +115,24 @@ func (s *Store) free(key string, now time.Time) bool {
 	q := s.queues[key]
 	if len(q) == 0 {
 		delete(s.locks, key)
-		for ch := range s.pollers[key] { // free: wake the Acquires that retry
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
+		s.wakePollers(key) // free: wake the Acquires that retry
 		return false
 	}
 	w := q[0]
 	s.dequeue(key, w)
 	w.granted <- s.grant(key, w.ttl, now)
 	return true
+}
+
+// wakePollers wakes the Acquires with a retry strategy subscribed to name; the
+// caller holds s.mu.
+func (s *Store) wakePollers(name string) {
+	for ch := range s.pollers[name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // dequeue takes w out of key's queue; the caller holds s.mu.

@@ -33,10 +33,16 @@ func parseURL(u *url.URL) error {
 }
 
 // declare: every property holds; waiters queue (FIFO). There are no servers to
-// fault.
+// fault. Semaphores and read-write locks are native, fenced, queued in arrival
+// order; a waiting exclusive acquirer keeps later shared ones out. Elections are the
+// Store's own (every term recorded for observers); sets of keys are taken key by key.
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FIFO: true}, nil
+	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, FIFO: true,
+		Semaphore: &spec.Primitive{Native: true, Fencing: true, FIFO: true},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true},
+		Election:  &spec.Primitive{Native: true, Fencing: true},
+		MultiKey:  &spec.Primitive{Fencing: true}}, nil
 }

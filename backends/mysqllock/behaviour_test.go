@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,10 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/measure"
+	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
 
 func tryAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) dlock.Lease {
@@ -520,4 +524,154 @@ func TestGetLockMaxConns(t *testing.T) {
 	if _, err := dlock.Open(ctxFor(t, 10*time.Second), "mysql+getlock://u@127.0.0.1:1/db?max_conns=0"); !errors.Is(err, dlock.ErrInvalidURL) {
 		t.Errorf("max_conns=0: %v, want ErrInvalidURL", err)
 	}
+}
+
+// TestGetLockCancelledWaitEndsSession: an Acquire whose context ends while it waits
+// in GET_LOCK returns only once the server has ended the waiting session (KILL from
+// another connection, then its end seen in the process list), so that the server
+// cannot grant the abandoned wait the lock (the strict part of the suite's
+// Cancellation property). It logs what the clean-up costs: the time from the cancel
+// to Acquire's return.
+func TestGetLockCancelledWaitEndsSession(t *testing.T) {
+	h := newGetLockHarness(t)
+	holder, waiter := h.NewLocker(t), h.NewLocker(t)
+	var took []time.Duration
+	for i := range 20 {
+		key := fmt.Sprintf("cancelled-wait-%d", i)
+		ls := tryAcquire(t, holder, key)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := waiter.Acquire(ctx, key)
+			errc <- err
+		}()
+		for deadline := time.Now().Add(20 * time.Second); h.Waiting(t, key) != 1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("no waiter in GET_LOCK on the server after 20s")
+			}
+			time.Sleep(time.Millisecond) // polls the server's state; there is no event for it
+		}
+		t0 := time.Now()
+		cancel()
+		err := <-errc
+		took = append(took, time.Since(t0))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a cancelled wait: %v, want context.Canceled", err)
+		}
+		if n := h.Waiting(t, key); n != 0 {
+			t.Errorf("trial %d: %d sessions still wait in GET_LOCK after the cancelled Acquire returned", i, n)
+		}
+		release(t, ls)
+		wantFree(t, h.NewLocker(t), key)
+	}
+	lat := measure.Summarize(took)
+	t.Logf("from cancel to return (KILL and the session's end): p50 %v, max %v over %d trials", lat.P50, lat.Max, lat.N)
+}
+
+// wantFree checks that l can take key at once, and gives it back.
+func wantFree(t testing.TB, l dlock.Locker, key string) {
+	t.Helper()
+	release(t, tryAcquire(t, l, key))
+}
+
+// TestOpenCreatesQueueTable: a fifo=true URL on a database whose lock table exists
+// without its queue table (made for the default mode) creates the queue table, so
+// the fair mode works at once instead of failing every Acquire on a missing table.
+func TestOpenCreatesQueueTable(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	ctx := ctxFor(t, 30*time.Second)
+	if err := mysqllock.Migrate(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	l := servertest.Open(t, dsnURL(dsn, mysqllock.Scheme, "fifo=true"))
+	release(t, tryAcquire(t, l, "queue-table"))
+	if n := queued(t, admin, "queue-table"); n != 0 {
+		t.Errorf("%d waiters queued after an uncontended grant, want 0", n)
+	}
+}
+
+// TestTLSAndPrivilegeRefusals: the lock user of TestConformanceTLS is refused
+// without TLS, without a client certificate, with a wrong password, and by a client
+// that does not trust the server's CA; skip-verify must be spelled out. Without
+// CREATE it cannot make a missing table, and says so. No error shows the password.
+func TestTLSAndPrivilegeRefusals(t *testing.T) {
+	_, pki, _, base := secureMySQL(t)
+	ctx := ctxFor(t, time.Minute)
+	tq := pki.URLQuery()
+	noCert := "tls_ca=" + url.QueryEscape(pki.CAFile) + "&tls_server_name=localhost"
+	cert := "tls_cert=" + url.QueryEscape(pki.ClientCert) + "&tls_key=" + url.QueryEscape(pki.ClientKey)
+	for _, c := range []struct{ name, url, want string }{
+		{"plain text", "mysql://" + base, "Access denied"},
+		{"no client certificate", "mysql://" + base + "?" + noCert, "Access denied"},
+		{"system roots", "mysql://" + base + "?" + cert, "certificate signed by unknown authority"},
+		{"wrong password", "mysql://" + strings.Replace(base, secretPassword, "WRONG-"+secretPassword, 1) + "?" + tq, "Access denied"},
+		{"table missing, no CREATE", "mysql://" + base + "?table=other&" + tq, "CREATE command denied"},
+		{"GET_LOCK in plain text", "mysql+getlock://" + base, "Access denied"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := dlock.Open(ctx, c.url)
+			if err == nil {
+				l.Close()
+				t.Fatal("Open succeeded")
+			}
+			if errors.Is(err, dlock.ErrInvalidURL) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("want a refusal saying %q, got %v", c.want, err)
+			}
+			if strings.Contains(err.Error(), secretPassword) {
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+	// Verification off, spelled out.
+	l, err := dlock.Open(ctx, "mysql://"+base+"?tls=skip-verify&"+cert)
+	if err != nil {
+		t.Fatalf("tls=skip-verify: %v", err)
+	}
+	release(t, tryAcquire(t, l, "skip-verify"))
+	l.Close()
+	for _, q := range []string{"tls=skip-verify&" + tq, "tls=false&" + cert, "tls=maybe", "tls_cert=" + url.QueryEscape(pki.ClientCert)} {
+		if _, err := dlock.Open(ctx, "mysql://"+base+"?"+q); !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("?%s: want ErrInvalidURL, got %v", q, err)
+		}
+	}
+}
+
+// TestInspect: the deployment check reads the durability of a commit, the binary
+// log and the replication role (table), and wait_timeout (GET_LOCK).
+func TestInspect(t *testing.T) {
+	expect := func(t *testing.T, m map[string]spec.Finding, s spec.Scenario, exposed bool, setting string) {
+		t.Helper()
+		if f, ok := m[string(s)]; !ok || f.Exposed != exposed || !strings.Contains(f.Setting, setting) || f.Detail == "" {
+			t.Errorf("%s: %+v, want exposed=%v with setting %q", s, f, exposed, setting)
+		}
+	}
+	base := func(dsn string) string {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.User + "@" + cfg.Addr + "/" + cfg.DBName
+	}
+	t.Run("test server", func(t *testing.T) {
+		b := base(servertest.MySQLDSN(t)) // --skip-log-bin, innodb_flush_log_at_trx_commit=2
+		m := servertest.Findings(t, "mysql://"+b)
+		expect(t, m, spec.ServerRestart, true, "innodb_flush_log_at_trx_commit=2")
+		expect(t, m, spec.Failover, false, "log_bin=OFF read_only=OFF")
+		expect(t, m, spec.ClockJump, true, "UTC_TIMESTAMP")
+		expect(t, servertest.Findings(t, "mysql+getlock://"+b), spec.HolderCrash, true, "wait_timeout=28800")
+		expect(t, servertest.Findings(t, "mysql+getlock://"+b+"?wait_timeout=5"), spec.HolderCrash, false, "wait_timeout=5")
+	})
+	t.Run("binary log", func(t *testing.T) {
+		srv := servertest.NewMySQLWith(t, servers.MySQLOptions{Args: []string{"--log-bin", "--innodb-flush-log-at-trx-commit=1"}})
+		b := base(servertest.NewDatabase(t, srv))
+		m := servertest.Findings(t, "mysql://"+b)
+		expect(t, m, spec.ServerRestart, false, "innodb_flush_log_at_trx_commit=1")
+		expect(t, m, spec.Failover, true, "log_bin=ON")
+		expect(t, servertest.Findings(t, "mysql+getlock://"+b), spec.Failover, true, "log_bin=ON")
+	})
+	t.Run("lock user", func(t *testing.T) {
+		_, pki, _, b := secureMySQL(t)
+		expect(t, servertest.Findings(t, "mysql://"+b+"?"+pki.URLQuery()), spec.Failover, false, "replica status unreadable")
+	})
 }

@@ -22,6 +22,7 @@ type faultHarness struct {
 	server  *servers.MySQL
 	dsn     string
 	getLock bool
+	fifo    bool // the table's fair mode
 }
 
 // faultCheck is the GET_LOCK check interval in the fault scenarios: far shorter than
@@ -30,10 +31,14 @@ type faultHarness struct {
 const faultCheck = 100 * time.Millisecond
 
 func newFaultHarness(t *testing.T, getLock bool) *faultHarness {
+	return newFaultHarnessFIFO(t, getLock, false)
+}
+
+func newFaultHarnessFIFO(t *testing.T, getLock, fifo bool) *faultHarness {
 	m := servertest.NewMySQL(t)
-	h := &faultHarness{server: m, dsn: servertest.NewDatabase(t, m), getLock: getLock}
+	h := &faultHarness{server: m, dsn: servertest.NewDatabase(t, m), getLock: getLock, fifo: fifo}
 	if !getLock {
-		if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), openDB(t, h.dsn, nil)); err != nil {
+		if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), openDB(t, h.dsn, nil), mysqllock.WithFIFO(fifo)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +55,7 @@ func (h *faultHarness) locker(t testing.TB, addr string) dlock.Locker {
 	if h.getLock {
 		return mysqllock.NewGetLock(db, mysqllock.WithCheckInterval(faultCheck))
 	}
-	return mysqllock.New(db)
+	return mysqllock.New(db, mysqllock.WithFIFO(h.fifo))
 }
 
 func (h *faultHarness) NewLocker(t testing.TB) dlock.Locker { return h.locker(t, h.server.Addr()) }
@@ -60,6 +65,9 @@ func (h *faultHarness) Capabilities() spec.Capabilities { return conformance.Mus
 func (h *faultHarness) Name() string {
 	if h.getLock {
 		return "mysql+getlock"
+	}
+	if h.fifo {
+		return "mysql (fifo)"
 	}
 	return "mysql"
 }
@@ -71,7 +79,15 @@ func (h *faultHarness) url() string {
 	if h.getLock {
 		return dsnURL(h.dsn, mysqllock.GetLockScheme, fmt.Sprintf("wait_timeout=%d&check_interval=%v", int(sessionTimeout.Seconds()), faultCheck))
 	}
-	return dsnURL(h.dsn, mysqllock.Scheme, "")
+	return dsnURL(h.dsn, mysqllock.Scheme, fifoQuery(h.fifo))
+}
+
+// Waiting counts the live waiters in key's queue (the fair mode's).
+func (h *faultHarness) Waiting(t testing.TB, key string) int {
+	if h.getLock {
+		return inGetLock(t, openDB(t, h.dsn, nil), key)
+	}
+	return queued(t, openDB(t, h.dsn, nil), key)
 }
 
 // RestartServers crashes the server (SIGKILL) and starts it again on its data.
@@ -95,6 +111,10 @@ func TestFaults(t *testing.T) {
 	t.Run("table", func(t *testing.T) {
 		t.Parallel() // private servers: the two wait out their TTLs side by side
 		conformance.RunFaults(t, newFaultHarness(t, false))
+	})
+	t.Run("table-fifo", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunFaults(t, newFaultHarnessFIFO(t, false, true))
 	})
 	t.Run("getlock", func(t *testing.T) {
 		t.Parallel()

@@ -37,6 +37,7 @@ type Option func(*config)
 
 type config struct {
 	table   string
+	fifo    bool
 	migrate bool
 	ownDB   bool // Close closes db (URL opener)
 }
@@ -45,6 +46,21 @@ type config struct {
 // is one identifier (it is quoted, so any character but NUL is allowed), at most 64
 // characters, in the database the *sql.DB connects to.
 func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// WithFIFO turns the fair mode on or off. In the fair mode waiting Acquires queue in
+// a second table (the lock table's name + QueueSuffix, created by Migrate with
+// WithFIFO) and are granted the lock in arrival order: a TryAcquire fails while
+// anyone waits, and a holder that releases and asks again queues behind the
+// waiters. Each waiter renews its row's deadline every third of its TTL; a waiter
+// that stops (a crashed process) no longer counts once its deadline passes by the
+// database's clock. Waiters still poll (the database announces nothing): the first
+// one often, the others the less often the further back they are, so that the
+// statements per hand-off do not grow with the queue.
+//
+// Cost uncontended: the same one statement per acquire and per release; the acquire
+// also looks the key up in the queue table's index. Clients in either mode exclude
+// each other on a key, but only the fair mode's clients keep the order.
+func WithFIFO(on bool) Option { return func(c *config) { c.fifo = on } }
 
 // WithMigrate makes the Locker create its table (as Migrate does) before its first
 // lock, if the table does not exist yet. Without it, the table must have been created
@@ -60,6 +76,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.table == "" || len([]rune(c.table)) > 64 || strings.ContainsRune(c.table, 0) {
 		return c, fmt.Errorf("mysqllock: table name %q: want 1 to 64 characters without NUL", c.table)
+	}
+	if c.fifo && len([]rune(c.table+QueueSuffix)) > 64 {
+		return c, fmt.Errorf("mysqllock: table name %q: the fair mode's queue table %q would be longer than 64 characters", c.table, c.table+QueueSuffix)
 	}
 	return c, nil
 }
@@ -90,11 +109,19 @@ func New(db *sql.DB, opts ...Option) dlock.Locker {
 }
 
 func newLocker(db *sql.DB, c config) dlock.Locker {
-	return dlock.New(&tableDriver{db: db, cfg: c}, driver.Info{Name: "mysql", MinTTL: MinTTL})
+	d := &tableDriver{db: db, cfg: c}
+	info := driver.Info{Name: "mysql", MinTTL: MinTTL}
+	if c.fifo {
+		return dlock.New(fairTableDriver{d}, info)
+	}
+	return dlock.New(d, info)
 }
 
 // Migrate creates the lock table in db if it does not exist (DefaultTable, or the one
-// given with WithTable). It is idempotent and safe to run from many processes at once.
+// given with WithTable), beside it the table of the semaphores and read-write locks
+// (HoldersTable) and that of the elections (ElectionsTable), and with WithFIFO(true)
+// the fair mode's queue table (the lock table's name + QueueSuffix). It is idempotent
+// and safe to run from many processes at once.
 // It returns the database's error, wrapped, if the table cannot be created (e.g. no
 // CREATE privilege). It does not check or alter an existing table.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
@@ -105,5 +132,14 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createTable, quoteIdent(c.table))); err != nil {
 		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(c.table), err)
 	}
-	return nil
+	if c.fifo {
+		q := quoteIdent(c.table + QueueSuffix)
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(createQueue, q)); err != nil {
+			return fmt.Errorf("mysqllock: create table %s: %w", q, err)
+		}
+	}
+	if err := migrateHolders(ctx, db, c.table); err != nil {
+		return err
+	}
+	return migrateElections(ctx, db, c.table)
 }

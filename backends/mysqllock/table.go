@@ -2,10 +2,10 @@ package mysqllock
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -83,10 +83,12 @@ type tableDriver struct {
 	db  *sql.DB
 	cfg config
 
-	mu       sync.Mutex // guards the fields below
-	prepared *statements
-	closed   bool
-	tidying  sync.WaitGroup // clean-ups still running; Close waits for them
+	mu        sync.Mutex // guards the fields below
+	prepared  *statements
+	prims     *primStatements     // semaphores and read-write locks (primitives.go)
+	elections *electionStatements // election.go
+	closed    bool
+	tidying   sync.WaitGroup // clean-ups still running; Close waits for them
 	// free holds keys whose row this client last saw free or took: their next
 	// attempt tries takeSQL first. A hint only: a wrong one costs a round trip.
 	free map[string]struct{}
@@ -95,7 +97,10 @@ type tableDriver struct {
 // maxHints bounds tableDriver.free; past it the hints start over.
 const maxHints = 4096
 
-type statements struct{ acquire, take, release, tidy, refresh *sql.Stmt }
+type statements struct {
+	acquire, take, release, tidy, refresh *sql.Stmt
+	fair                                  *fairStatements // WithFIFO only
+}
 
 // stmts prepares the statements on first use (the table may not exist before);
 // a failure is returned and tried again next time.
@@ -109,7 +114,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 		return d.prepared, nil
 	}
 	if d.cfg.migrate {
-		if err := Migrate(ctx, d.db, WithTable(d.cfg.table)); err != nil {
+		if err := Migrate(ctx, d.db, WithTable(d.cfg.table), WithFIFO(d.cfg.fifo)); err != nil {
 			return nil, err
 		}
 	}
@@ -126,6 +131,9 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 	prep(&s.release, fmt.Sprintf(releaseSQL, t))
 	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
 	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
+	if err == nil && d.cfg.fifo {
+		s.fair, err = prepareFair(ctx, d.db, t, quoteIdent(d.cfg.table+QueueSuffix))
+	}
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
@@ -140,6 +148,56 @@ func (s *statements) close() {
 			st.Close()
 		}
 	}
+	if s.fair != nil {
+		s.fair.close()
+	}
+}
+
+// exec runs st, and again while InnoDB rolls it back as a deadlock victim (up to
+// deadlockTries times, or until ctx ends): concurrent INSERT ... ON DUPLICATE KEY
+// UPDATE statements on one row (and the fair mode's queue statements) can deadlock,
+// and a statement rolled back changed nothing. A deadlock is not an answer: a free
+// lock must not look held. The pause before each retry is random, up to a bound that
+// doubles from 100µs to 10ms: victims that retried in step deadlocked again (with 20
+// retries 100µs·i apart, 9 of 64 goroutines queueing on one key in fair mode gave up
+// at CI's load).
+func exec(ctx context.Context, st *sql.Stmt, args ...any) (sql.Result, error) {
+	for i := 1; ; i++ {
+		res, err := st.ExecContext(ctx, args...)
+		if !isDeadlock(err) || i == deadlockTries || ctx.Err() != nil {
+			return res, err
+		}
+		bound := min(100*time.Microsecond<<min(i, 7), 10*time.Millisecond)
+		time.Sleep(time.Duration(mrand.Int64N(int64(bound))) + 50*time.Microsecond)
+	}
+}
+
+// deadlockTries bounds exec's attempts of one statement (about 1s of pauses).
+const deadlockTries = 100
+
+// stmtDef is a statement to prepare: its query, a format of the quoted table name,
+// and where the prepared statement goes.
+type stmtDef struct {
+	dst   **sql.Stmt
+	query string
+}
+
+// prepareOn prepares each of defs on table. On an error it closes those it prepared
+// and returns the error, naming the table.
+func (d *tableDriver) prepareOn(ctx context.Context, table string, defs []stmtDef) error {
+	t := quoteIdent(table)
+	for i, def := range defs {
+		st, err := d.db.PrepareContext(ctx, fmt.Sprintf(def.query, t))
+		if err != nil {
+			for _, done := range defs[:i] {
+				(*done.dst).Close()
+				*done.dst = nil
+			}
+			return fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+		}
+		*def.dst = st
+	}
+	return nil
 }
 
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
@@ -149,23 +207,30 @@ func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 const erLockDeadlock = 1213
 
 func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	s, err := d.stmts(ctx)
+	lk, err := d.newLock(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	lk := &tableLock{d: d, s: s, key: []byte(key)}
-	if _, err := rand.Read(lk.owner[:]); err != nil {
-		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
-	}
+	s := lk.s
 	us := micros(ttl)
+	// A statement that can take the lock gets settleGrace past the end of ctx to
+	// answer: cut off by the client at once, it could still run on the server after
+	// a later release and take the lock for a caller that gave up, and a clean-up
+	// sent meanwhile on another connection could run before it. An answer within
+	// the grace (one round trip on a live server) lets a lock it took be freed before
+	// TryLock returns (settled); on a stalled network it is cut off after the grace
+	// and cleaned up in the background, as before.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(settleGrace, cancel) })()
 	if d.hinted(key) {
-		res, err := s.take.ExecContext(ctx, lk.owner[:], us, lk.key)
+		res, err := exec(sctx, s.take, lk.owner[:], us, lk.key)
 		if ok, err := affected(res, err); err != nil || ok {
-			return lk.granted(ctx, res, err)
+			return lk.settled(ctx, sctx, res, err)
 		}
 		// Held, or the row is gone: acquireSQL tells which.
 	}
-	res, err := s.acquire.ExecContext(ctx, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
+	res, err := exec(sctx, s.acquire, lk.key, lk.owner[:], us, lk.owner[:], lk.owner[:], us)
 	if err == nil {
 		var id int64
 		if id, err = res.LastInsertId(); err == nil && id&busyFlag != 0 {
@@ -173,7 +238,21 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 			return nil, driver.Busy(time.Duration(id&^busyFlag) * time.Microsecond)
 		}
 	}
-	return lk.granted(ctx, res, err)
+	return lk.settled(ctx, sctx, res, err)
+}
+
+// settled is granted for a statement run with sctx on behalf of a caller whose
+// ctx may have ended meanwhile: then a lock the statement took is released (with
+// sctx) and the caller gets ctx's error.
+func (l *tableLock) settled(ctx, sctx context.Context, res sql.Result, err error) (driver.Lock, error) {
+	lk, err := l.granted(sctx, res, err)
+	if err != nil || ctx.Err() == nil {
+		return lk, err
+	}
+	if uerr := lk.Unlock(sctx); uerr != nil && !errors.Is(uerr, dlock.ErrNotHeld) {
+		l.tidyUp()
+	}
+	return nil, fmt.Errorf("mysqllock: acquire: %w", context.Cause(ctx))
 }
 
 // granted finishes a statement that took the lock unless it failed: the token is
@@ -236,6 +315,14 @@ func (d *tableDriver) Close() error {
 		d.prepared.close()
 		d.prepared = nil
 	}
+	if d.elections != nil {
+		d.elections.close()
+		d.elections = nil
+	}
+	if d.prims != nil {
+		d.prims.close()
+		d.prims = nil
+	}
 	if d.cfg.ownDB {
 		return d.db.Close()
 	}
@@ -249,7 +336,13 @@ type tableLock struct {
 	key   []byte
 	owner [16]byte
 	token uint64
+	// validFrom is when the statement that granted the lock was sent (fair mode: a
+	// waiter's grant comes long after its Acquire began).
+	validFrom time.Time
 }
+
+// ValidFrom is when the statement that granted the lock was sent (driver.ValidFrom).
+func (l *tableLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *tableLock) Token() uint64 { return l.token }
 
@@ -263,7 +356,7 @@ func affected(res sql.Result, err error) (bool, error) {
 }
 
 func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner[:]))
+	ok, err := affected(exec(ctx, l.s.refresh, micros(ttl), l.key, l.owner[:]))
 	switch {
 	case err != nil:
 		return fmt.Errorf("mysqllock: refresh: %w", err)
@@ -274,13 +367,13 @@ func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *tableLock) Unlock(ctx context.Context) error {
-	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner[:]))
+	ok, err := affected(exec(ctx, l.s.release, l.key, l.owner[:]))
 	switch {
 	case err != nil:
 		return fmt.Errorf("mysqllock: release: %w", err)
 	case !ok:
 		// Not ours, or ours but expired: free it if it is still ours.
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
 		return dlock.ErrNotHeld
 	}
 	return nil
@@ -290,7 +383,12 @@ func (l *tableLock) Unlock(ctx context.Context) error {
 // once, even on a stalled network), with a fresh short context, best effort. A lock
 // it misses (the interrupted statement reached the server after it) ends at its TTL.
 func (l *tableLock) tidyUp() {
-	d := l.d
+	l.d.inBackground(func(ctx context.Context) { _, _ = exec(ctx, l.s.tidy, l.key, l.owner[:]) })
+}
+
+// inBackground runs a clean-up f in the background with a fresh context bounded by
+// tidyTimeout, unless the driver is closed; Close waits for it.
+func (d *tableDriver) inBackground(f func(ctx context.Context)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -301,9 +399,13 @@ func (l *tableLock) tidyUp() {
 		defer d.tidying.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 		defer cancel()
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner[:])
+		f(ctx)
 	}()
 }
+
+// settleGrace is how long a statement that can take the lock may still answer
+// after its caller's ctx ended (see TryLock).
+const settleGrace = 100 * time.Millisecond
 
 // tidyTimeout bounds the clean-up after an interrupted request.
 const tidyTimeout = 2 * time.Second

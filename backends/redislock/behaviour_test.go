@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,9 @@ import (
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/redisops"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
 
 func uniqueKey(name string) string { return fmt.Sprintf("test/%s/%d", name, time.Now().UnixNano()) }
@@ -375,4 +379,358 @@ func cycleOnce(ctx context.Context, l dlock.Locker, k string) error {
 		return err
 	}
 	return ls.Release(ctx)
+}
+
+// TestFairWaiterNeedsNoMessage: in the fair mode a waiter does not depend on the
+// release message. The holder's lock is deleted without one (as by an operator's
+// DEL; a lost message looks the same to the waiter), and the waiter still gets the
+// lock at its next renewal, a third of its TTL later — not at the holder's TTL.
+func TestFairWaiterNeedsNoMessage(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	admin := client(t, addr)
+	holder := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	waiter := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	defer holder.Close()
+	defer waiter.Close()
+	k := uniqueKey("fair-no-message")
+	if _, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	const waiterTTL = 900 * time.Millisecond // renews its place every 300ms
+	got := make(chan error, 1)
+	go func() {
+		ls, err := waiter.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(waiterTTL))
+		if err == nil {
+			err = ls.Release(ctxFor(t, 10*time.Second))
+		}
+		got <- err
+	}()
+	// Wait until the waiter has renewed its place once after joining (its deadline
+	// moved): it has subscribed and looked again, and now sleeps.
+	dl := redisops.DeadlineKey(k)
+	first := 0.0
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // the queue is the store's: nothing signals a change
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not join the queue and renew its place within 10s")
+		}
+		scores, err := admin.ZRangeWithScores(ctxFor(t, 10*time.Second), dl, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(scores) != 1 {
+			continue
+		}
+		if first == 0 {
+			first = scores[0].Score
+		} else if scores[0].Score != first {
+			break
+		}
+	}
+	deleted := time.Now()
+	if err := admin.Del(ctxFor(t, 10*time.Second), k).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	took := time.Since(deleted)
+	if took > 2*waiterTTL/3 {
+		t.Errorf("granted %v after the lock was deleted without a message, want within a renewal (%v)", took, waiterTTL/3)
+	}
+	t.Logf("granted %v after the silent delete (renewal every %v)", took, waiterTTL/3)
+}
+
+// TestFairWaiterLeaseCountsFromGrant: a waiter of the fair mode that waited longer
+// than its TTL gets a lease whose validity counts from the request that granted it,
+// not from the start of its wait (which would leave none: the grant would be given
+// back).
+func TestFairWaiterLeaseCountsFromGrant(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	holder := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	waiter := redislock.New(client(t, addr), redislock.WithFIFO(true))
+	defer holder.Close()
+	defer waiter.Close()
+	k := uniqueKey("fair-validity")
+	const ttl = 500 * time.Millisecond
+	la, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(3*ttl, func() { _ = la.Release(context.Background()) })
+	t0 := time.Now()
+	ls, err := waiter.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("a waiter granted %v into its wait (ttl %v): %v", time.Since(t0), ttl, err)
+	}
+	granted := time.Now()
+	if d, _ := dlock.Deadline(ls); d.Sub(granted) < ttl/2 {
+		t.Errorf("granted after waiting %v: the lease's deadline is %v after the grant, want about its ttl %v", granted.Sub(t0), d.Sub(granted), ttl)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTLSAndACLRefusals: the server of TestConformanceTLS refuses every client that
+// lacks one of its requirements, each refusal is an error that shows no password,
+// and skip-verify must be spelled out.
+func TestTLSAndACLRefusals(t *testing.T) {
+	r, pki, good := secureRedis(t)
+	ctx := ctxFor(t, time.Minute)
+	q := func(params ...string) string { return strings.Join(params, "&") }
+	ca, cert, key := "tls_ca="+url.QueryEscape(pki.CAFile), "tls_cert="+url.QueryEscape(pki.ClientCert), "tls_key="+url.QueryEscape(pki.ClientKey)
+	user := "locker:" + secretPassword + "@" + r.Addr()
+	for _, c := range []struct{ name, url, want string }{
+		{"plain text", "redis://" + user, ""},
+		{"system roots", "rediss://" + user + "?" + q(cert, key), "certificate signed by unknown authority"},
+		{"no client certificate", "rediss://" + user + "?" + q(ca, "tls_server_name=localhost"), "certificate required"},
+		{"wrong server name", "rediss://" + user + "?" + q(ca, cert, key, "tls_server_name=db.example.com"), "not db.example.com"},
+		{"wrong password", "rediss://locker:WRONG-" + secretPassword + "@" + r.Addr() + "?" + q(ca, cert, key), "WRONGPASS"},
+		{"no password", "rediss://locker@" + r.Addr() + "?" + q(ca, cert, key), ""},
+	} {
+		l, err := dlock.Open(ctx, c.url)
+		if err == nil {
+			l.Close()
+			t.Errorf("%s: Open succeeded", c.name)
+			continue
+		}
+		if errors.Is(err, dlock.ErrInvalidURL) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want a connection error saying %q, got %v", c.name, c.want, err)
+		}
+		if strings.Contains(err.Error(), secretPassword) {
+			t.Errorf("%s: the error shows the password: %v", c.name, err)
+		}
+	}
+	// Verification off, spelled out: the CA and server name are not needed. And the
+	// SETNX variants take the same TLS parameters (as the administrator: the lock
+	// user's ACL covers New's commands only).
+	for _, u := range []string{"rediss://" + user + "?" + q("tls=skip-verify", cert, key),
+		"redis+setnx://:adm1n-pw@" + r.Addr() + "?" + q("variant=getset", ca, cert, key)} {
+		l, err := dlock.Open(ctx, u)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", strings.ReplaceAll(u, secretPassword, "…"), err)
+		}
+		if err := cycleOnce(ctx, l, uniqueKey("tls")); err != nil {
+			t.Error(err)
+		}
+		l.Close()
+	}
+	for _, u := range []string{good + "&tls=skip-verify", good + "&tls=false", "redis://" + r.Addr() + "?tls_ca=/nonexistent",
+		"redis://" + r.Addr() + "?" + cert, "redis://" + r.Addr() + "?tls=yes", "redis://" + r.Addr() + "?tls_ca=" + url.QueryEscape(pki.ClientKey)} {
+		if _, err := dlock.Open(ctx, u); !errors.Is(err, dlock.ErrInvalidURL) || strings.Contains(err.Error(), secretPassword) {
+			t.Errorf("Open(%s): want ErrInvalidURL without the password, got %v", strings.ReplaceAll(u, secretPassword, "…"), err)
+		}
+	}
+}
+
+// TestClusterByURL: a URL with every node, or with one seed node and cluster=true,
+// opens a Cluster client that reaches every master; the seed alone without
+// cluster=true is a single-node client, which the other masters redirect (MOVED).
+func TestClusterByURL(t *testing.T) {
+	addrs := redisCluster(t).Addrs()
+	ctx := ctxFor(t, time.Minute)
+	// One key per master: Redis Cluster splits the 16384 slots evenly.
+	var keys []string
+	for _, slot := range []int{100, 6000, 12000} {
+		keys = append(keys, "{"+redisops.SlotTag(slot)+"}cluster-url")
+	}
+	for _, u := range []string{"redis://" + strings.Join(addrs, ","), "redis://" + addrs[0] + "?cluster=true"} {
+		l := servertest.Open(t, u)
+		for _, k := range keys {
+			if err := cycleOnce(ctx, l, k); err != nil {
+				t.Errorf("%s: %q: %v", u, k, err)
+			}
+		}
+	}
+	single := servertest.Open(t, "redis://"+addrs[0])
+	moved := 0
+	for _, k := range keys {
+		if err := cycleOnce(ctx, single, k); err != nil && strings.Contains(err.Error(), "MOVED") {
+			moved++
+		}
+	}
+	if moved != 2 {
+		t.Errorf("a single-node client of one master: %d of 3 keys MOVED, want 2 (the other masters' slots)", moved)
+	}
+	for _, u := range []string{"redis://" + strings.Join(addrs, ",") + "?cluster=false", "redis://" + addrs[0] + "?cluster=true&sentinel_master=m",
+		"redis://" + addrs[0] + "/2?cluster=true", "redis://" + addrs[0] + "?cluster=1"} {
+		if _, err := dlock.Open(ctx, u); !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("Open(%s): want ErrInvalidURL, got %v", u, err)
+		}
+	}
+}
+
+// TestSentinelFailoverDuringLease: a lease taken through the Sentinels
+// (sentinel_master, wait_replicas=1) while the master is killed. The lease lives
+// on: its refreshes fail while no master answers, the client finds the promoted
+// replica through the Sentinels, and the first refresh after the promotion succeeds
+// on it — the lock key reached a replica before the grant returned, so the promoted
+// one has it, nobody else is granted the lock, and the next token is larger.
+func TestSentinelFailoverDuringLease(t *testing.T) {
+	g := servertest.RedisSentinelGroup(t, 2, 3)
+	u := "redis://" + strings.Join(g.SentinelAddrs(), ",") + "?sentinel_master=" + g.MasterName + "&wait_replicas=1&wait_timeout=500ms"
+	holder, other := servertest.Open(t, u), servertest.Open(t, u)
+	ctx := ctxFor(t, 2*time.Minute)
+	k := uniqueKey("sentinel-failover")
+	const ttl = 20 * time.Second
+	ls, err := holder.TryAcquire(ctx, k, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := g.Master.Addr()
+	if err := g.Master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var refreshErrs []string
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := ls.Refresh(rctx, ttl)
+		cancel()
+		if err == nil {
+			break
+		}
+		if errors.Is(err, dlock.ErrNotHeld) || time.Since(killed) > ttl/2 {
+			t.Fatalf("refresh %v after the master's kill: %v (earlier: %q)", time.Since(killed), err, refreshErrs)
+		}
+		if len(refreshErrs) == 0 || refreshErrs[len(refreshErrs)-1] != err.Error() {
+			refreshErrs = append(refreshErrs, err.Error())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	refreshed := time.Since(killed)
+	promoted, err := g.WaitFailover(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("master %s killed; the lease's first successful refresh came %v later, on %s (promoted by the Sentinels); the refreshes before failed with %q",
+		old, refreshed.Round(time.Millisecond), promoted, refreshErrs)
+	select {
+	case <-ls.Done():
+		t.Fatalf("the lease ended across the failover: %v", ls.Err())
+	default:
+	}
+	if _, err := other.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("another client after the failover: want ErrNotAcquired, got %v", err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("Release on the promoted replica: %v", err)
+	}
+	next, err := other.TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= ls.Token() {
+		t.Errorf("token after the failover %d, want more than %d", next.Token(), ls.Token())
+	}
+	_ = next.Release(ctx)
+}
+
+// TestInspect: dlock.Inspect reads each setting the deployment check knows and
+// names the scenario it exposes the locks to.
+func TestInspect(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	expect := func(t *testing.T, m map[string]spec.Finding, topic string, exposed bool, setting string) {
+		t.Helper()
+		f, ok := m[topic]
+		if !ok || f.Exposed != exposed || !strings.Contains(f.Setting, setting) || f.Detail == "" {
+			t.Errorf("%s: %+v, want exposed=%v with setting %q", topic, f, exposed, setting)
+		}
+	}
+	t.Run("no persistence", func(t *testing.T) {
+		m := servertest.Findings(t, "redis://"+sharedRedis(t).Addr())
+		expect(t, m, "ServerRestart", true, `appendonly=no save=""`)
+		expect(t, m, "MutualExclusion", false, "maxmemory-policy=noeviction")
+		expect(t, m, "Failover", false, "connected_slaves:0")
+		expect(t, m, "ClockJump", true, "wall clock")
+	})
+	t.Run("eviction and appendfsync always", func(t *testing.T) {
+		r := privateRedis(t, servers.RedisOptions{AOF: "always", Args: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
+		m := servertest.Findings(t, "redis://"+r.Addr())
+		expect(t, m, "ServerRestart", false, "appendfsync=always")
+		expect(t, m, "MutualExclusion", true, "maxmemory-policy=allkeys-lru")
+		expect(t, m, "FencingMonotonic", true, "maxmemory-policy=allkeys-lru")
+	})
+	t.Run("replica", func(t *testing.T) {
+		master, _ := servertest.RedisReplicaPair(t)
+		expect(t, servertest.Findings(t, "redis://"+master.Addr()), "Failover", true, "connected_slaves:1 wait_replicas=0")
+		expect(t, servertest.Findings(t, "redis://"+master.Addr()+"?wait_replicas=1"), "Failover", false, "wait_replicas=1")
+		expect(t, servertest.Findings(t, "redis://"+master.Addr()+"?wait_replicas=2"), "Failover", true, "wait_replicas=2")
+	})
+	t.Run("lock user without CONFIG", func(t *testing.T) {
+		_, _, u := secureRedis(t)
+		m := servertest.Findings(t, u)
+		expect(t, m, "ServerRestart", true, "NOPERM")
+		expect(t, m, "Failover", true, "NOPERM")
+	})
+	t.Run("cluster", func(t *testing.T) {
+		addrs := redisCluster(t).Addrs()
+		fs, err := dlock.Inspect(ctx, "redis://"+addrs[0]+"?cluster=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes := map[string]bool{}
+		for _, f := range fs {
+			if f.Scenario == spec.ServerRestart && f.Exposed {
+				nodes[strings.SplitN(f.Setting, ": ", 2)[0]] = true
+			}
+		}
+		if len(nodes) != 3 {
+			t.Errorf("ServerRestart findings for %d masters, want 3: %+v", len(nodes), fs)
+		}
+	})
+}
+
+// TestFairReleaseWakesOnlyTheHead: in the fair mode a release tells the first waiter
+// on a channel of its own (redisops.TurnChannel), so the waiters behind it are not
+// woken — one wake-up per hand-off however many wait — while a listener of the
+// key's channel (a waiter of the other mode) still hears every release.
+func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := redis.NewClient(&redis.Options{Addr: sharedRedis(t).Addr()})
+	defer c.Close()
+	rel := redisops.NewReleases(c)
+	defer rel.Close()
+	key := uniqueKey("fair-wake")
+	if res, err := redisops.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 10*time.Second); err != nil || !res.Acquired {
+		t.Fatalf("holder: %+v, %v", res, err)
+	}
+	for _, w := range []string{"first", "second"} {
+		if res, err := redisops.FairAcquire(ctx, c, key, w, 10*time.Second, true, 10*time.Second); err != nil || res.Acquired {
+			t.Fatalf("%s queues: %+v, %v", w, res, err)
+		}
+	}
+	first, stop1, err := rel.SubscribeTurn(ctx, key, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop1()
+	second, stop2, err := rel.SubscribeTurn(ctx, key, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	any, stop3, err := rel.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
+	if ok, err := redisops.FairRelease(ctx, c, key, "holder", false); err != nil || !ok {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	for name, ch := range map[string]<-chan struct{}{"the first waiter": first, "the key's channel": any} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("%s was not told of the release", name)
+		}
+	}
+	// The first waiter's message and the key channel's were published by the same
+	// script after any to the second waiter would have been: both have arrived, so
+	// a wake-up of the second would be in its channel by now.
+	select {
+	case <-second:
+		t.Error("the second waiter was woken by a release that was not its turn")
+	default:
+	}
 }

@@ -3,7 +3,9 @@ package redislock_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/redisops"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/spec"
 )
@@ -23,6 +26,7 @@ type faultConfig struct {
 	ack     bool   // New with WithReplicaAck(1, ackTimeout)
 	aof     string // persistence: "" (none) or an appendfsync policy
 	clock   bool   // the server runs under libfaketime (its clock can jump)
+	fifo    bool   // New with WithFIFO(true)
 }
 
 const ackTimeout = time.Second // WAIT answers in ~1ms when the replica is in sync; a loaded CI machine needs slack
@@ -86,10 +90,26 @@ func (h *faultHarness) addr() string {
 }
 
 func (h *faultHarness) options() []redislock.Option {
+	opts := []redislock.Option{redislock.WithFIFO(h.cfg.fifo)}
 	if h.cfg.ack {
-		return []redislock.Option{redislock.WithReplicaAck(1, ackTimeout)}
+		opts = append(opts, redislock.WithReplicaAck(1, ackTimeout))
 	}
-	return nil
+	return opts
+}
+
+// query is the URL query of the harness's configuration.
+func (h *faultHarness) query() string {
+	var q []string
+	if h.cfg.ack {
+		q = append(q, "wait_replicas=1")
+	}
+	if h.cfg.fifo {
+		q = append(q, "fifo=true")
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + strings.Join(q, "&")
 }
 
 // newClient returns a client that dials the current master through dial.
@@ -118,11 +138,7 @@ func (h *faultHarness) NewLocker(t testing.TB) dlock.Locker {
 // lock, unless WithReplicaAck), and one thing that depends on the server, not the
 // URL: with appendfsync always the lock survives the crash.
 func (h *faultHarness) Capabilities() spec.Capabilities {
-	u := "redis://" + h.addr()
-	if h.cfg.ack {
-		u += "?wait_replicas=1"
-	}
-	c := conformance.MustDeclare(u)
+	c := conformance.MustDeclare("redis://" + h.addr() + h.query())
 	if h.cfg.aof == "always" {
 		c.FaultOutcomes[spec.ServerRestart] = spec.Held
 	}
@@ -130,7 +146,7 @@ func (h *faultHarness) Capabilities() spec.Capabilities {
 }
 
 // URL is how a child process opens the same backend.
-func (h *faultHarness) URL(t testing.TB) string { return "redis://" + h.addr() }
+func (h *faultHarness) URL(t testing.TB) string { return "redis://" + h.addr() + h.query() }
 
 // RestartServers kills the server (a crash: nothing flushed beyond the AOF policy)
 // and starts it again on the same port, keeping its data directory.
@@ -217,6 +233,8 @@ func (h *faultHarness) Name() string {
 		return "redis (master+replica)"
 	case h.cfg.aof == "always":
 		return "redis (appendfsync always)"
+	case h.cfg.fifo:
+		return "redis (fifo)"
 	}
 	return "redis"
 }
@@ -261,6 +279,9 @@ func TestFaults(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		conformance.RunFaults(t, singleFaults{newFaultHarness(t, faultConfig{clock: true})})
 	})
+	t.Run("fifo", func(t *testing.T) {
+		conformance.RunFaults(t, singleFaults{newFaultHarness(t, faultConfig{clock: true, fifo: true})})
+	})
 	t.Run("aof-always", func(t *testing.T) {
 		conformance.RunFaults(t, restartFaults{newFaultHarness(t, faultConfig{aof: "always"})})
 	})
@@ -270,4 +291,46 @@ func TestFaults(t *testing.T) {
 	t.Run("replica-ack", func(t *testing.T) {
 		conformance.RunFaults(t, failoverFaults{newFaultHarness(t, faultConfig{replica: true, ack: true})})
 	})
+}
+
+// immortalWaiters is the fair mode with a deliberate flaw: every waiter the suite
+// sees queued gets a deadline that never comes (as if the store did not drop waiters
+// that stopped renewing their place), so a crashed waiter blocks the queue.
+type immortalWaiters struct {
+	h     *faultHarness
+	admin *redis.Client
+}
+
+func (w immortalWaiters) Name() string                        { return "redis (fifo, immortal waiters)" }
+func (w immortalWaiters) NewLocker(t testing.TB) dlock.Locker { return w.h.NewLocker(t) }
+func (w immortalWaiters) URL(t testing.TB) string             { return w.h.URL(t) }
+
+func (w immortalWaiters) Capabilities() spec.Capabilities {
+	c := w.h.Capabilities()
+	c.FaultOutcomes[spec.WaiterCrash] = spec.Violated
+	return c
+}
+
+func (w immortalWaiters) Waiting(t testing.TB, key string) int {
+	ctx := ctxFor(t, 10*time.Second)
+	dl := redisops.DeadlineKey(key)
+	waiters, err := w.admin.ZRange(ctx, dl, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range waiters {
+		if err := w.admin.ZAdd(ctx, dl, redis.Z{Score: math.Inf(1), Member: m}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return waiting(t, w.admin, key)
+}
+
+// TestWaiterCrashCatchesImmortalWaiters: the suite's WaiterCrash scenario fails on a
+// queue that keeps a crashed waiter for ever (declared Violated here, so that the
+// test passes only if the violation shows).
+func TestWaiterCrashCatchesImmortalWaiters(t *testing.T) {
+	t.Setenv("DLOCK_FAULT_TRIALS", "1")
+	h := newFaultHarness(t, faultConfig{fifo: true})
+	conformance.RunFaults(t, immortalWaiters{h, client(t, h.addr())})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/redisops"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -113,20 +114,44 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 }
 
 // harness gives the suite clients of New, each with its own go-redis client (its own
-// connections and pub/sub), as separate processes would have.
+// connections and pub/sub), as separate processes would have: made by newClient, or
+// opened from url.
 type harness struct {
 	name      string
+	fifo      bool // WithFIFO(true); the harness counts the store's queue
 	newClient func(t testing.TB) redis.UniversalClient
+	url       string // when set, NewLocker opens it (fifo=true in it for the fair mode)
 	opts      []redislock.Option
 	admin     redis.UniversalClient // deletes keys behind the holders' backs
 }
 
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
+	if h.url != "" {
+		return servertest.Open(t, h.url)
+	}
 	return redislock.New(h.newClient(t), h.opts...)
 }
 
 func (h *harness) Capabilities() spec.Capabilities {
+	switch {
+	case h.url != "":
+		return conformance.MustDeclare(h.url)
+	case h.fifo:
+		return conformance.MustDeclare("redis://127.0.0.1:6379?fifo=true")
+	}
 	return conformance.MustDeclare("redis://127.0.0.1:6379")
+}
+
+// Waiting counts the waiters in key's queue (the fair mode's).
+func (h *harness) Waiting(t testing.TB, key string) int { return waiting(t, h.admin, key) }
+
+// waiting counts the waiters in key's queue.
+func waiting(t testing.TB, c redis.UniversalClient, key string) int {
+	n, err := c.ZCard(ctxFor(t, 10*time.Second), redisops.QueueKey(key)).Result()
+	if err != nil {
+		t.Fatalf("ZCARD of %q's queue: %v", key, err)
+	}
+	return int(n)
 }
 
 func (h *harness) Name() string { return h.name }
@@ -153,6 +178,21 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, singleHarness(t, sharedRedis(t).Addr()))
 }
 
+// TestConformanceFIFO runs the suite on the fair mode (WithFIFO), on one server and
+// on a Redis Cluster (the queue sits in the lock key's hash slot).
+func TestConformanceFIFO(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		h := singleHarness(t, sharedRedis(t).Addr(), redislock.WithFIFO(true))
+		h.name, h.fifo = "redis (fifo)", true
+		conformance.Run(t, h)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		h := clusterHarness(t, redislock.WithFIFO(true))
+		h.name, h.fifo = "redis (cluster, fifo)", true
+		conformance.Run(t, h)
+	})
+}
+
 func clusterHarness(t testing.TB, opts ...redislock.Option) *harness {
 	addrs := redisCluster(t).Addrs()
 	admin := clusterClient(t, addrs)
@@ -173,6 +213,50 @@ func clusterHarness(t testing.TB, opts ...redislock.Option) *harness {
 
 func TestConformanceCluster(t *testing.T) {
 	conformance.Run(t, clusterHarness(t))
+}
+
+// secretPassword is the lock user's password in the TLS and ACL tests: no message
+// may show it.
+const secretPassword = "S3CRET-redis-pw"
+
+// secureRedis starts a Redis that speaks TLS only and wants client certificates,
+// whose default user has a password, with an ACL user "locker"
+// (redisops.LockUserACL, password secretPassword). It returns the server, its PKI and the rediss:// URL
+// of the lock user (verifying the server as "localhost", by the PKI's CA).
+func secureRedis(t testing.TB) (*servers.Redis, *servers.PKI, string) {
+	pki := servertest.PKI(t)
+	r := servertest.SecureRedis(t, pki, "adm1n-pw", "locker", secretPassword, redisops.LockUserACL)
+	u := fmt.Sprintf("rediss://locker:%s@%s?%s", secretPassword, r.Addr(), pki.URLQuery())
+	return r, pki, u
+}
+
+// adminClient is a client of r as its administrator (TLS, the default user).
+func adminClient(t testing.TB, r *servers.Redis, pki *servers.PKI) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), Password: "adm1n-pw", TLSConfig: pki.ClientTLS()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestConformanceTLS runs the suite on Lockers opened from a rediss:// URL with a
+// CA, a client certificate and key, a server name and an ACL user of least
+// privilege, against a server that requires all of them; the fair mode too
+// (fifo=true: its script's commands and queue keys are in the same ACL).
+func TestConformanceTLS(t *testing.T) {
+	r, pki, u := secureRedis(t)
+	t.Run("default", func(t *testing.T) {
+		conformance.Run(t, &harness{name: "redis (TLS, ACL user)", url: u, admin: adminClient(t, r, pki)})
+	})
+	t.Run("fifo", func(t *testing.T) {
+		conformance.Run(t, &harness{name: "redis (TLS, ACL user, fifo)", url: u + "&fifo=true", admin: adminClient(t, r, pki)})
+	})
+}
+
+// TestConformanceSentinel runs the suite on Lockers opened from a URL that names
+// three Sentinels and the master they watch (one replica).
+func TestConformanceSentinel(t *testing.T) {
+	g := servertest.RedisSentinelGroup(t, 1, 3)
+	u := "redis://" + strings.Join(g.SentinelAddrs(), ",") + "?sentinel_master=" + g.MasterName
+	conformance.Run(t, &harness{name: "redis (sentinel)", url: u, admin: client(t, g.Master.Addr())})
 }
 
 // setnxHarness gives the suite clients of NewSETNX(variant).

@@ -54,6 +54,27 @@ func (d *redisDriver) cleanup(key, value string) {
 
 // write runs op, a script that writes key; with WithReplicaAck, and when op reports
 // that it wrote, it then waits for the replicas on the same connection.
+// refresh runs a refresh script (its answer: whether the lease was still ours)
+// through write on key's server: ErrNotHeld when it was not.
+func (d *redisDriver) refresh(ctx context.Context, key string, script func(redis.Scripter) (bool, error)) error {
+	var ok bool
+	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
+		var err error
+		ok, err = script(s)
+		return ok, err
+	})
+	return heldUnless(ok, err)
+}
+
+// heldUnless turns a script's answer into Refresh's and Unlock's error: err, or
+// ErrNotHeld when the lease was not ours (ok false).
+func heldUnless(ok bool, err error) error {
+	if err == nil && !ok {
+		return dlock.ErrNotHeld
+	}
+	return err
+}
+
 func (d *redisDriver) write(ctx context.Context, key string, op func(redis.Scripter) (bool, error)) error {
 	if d.cfg.ackReplicas <= 0 {
 		_, err := op(d.c)
@@ -107,33 +128,29 @@ type redisLock struct {
 	d          *redisDriver
 	key, value string
 	token      uint64
+	fair       bool // granted from the queue (WithFIFO): a release names the next waiter
+	// validFrom is when the request that granted the lock was sent (fair mode: a
+	// waiter's grant comes long after its Acquire began).
+	validFrom time.Time
 }
+
+// ValidFrom is when the request that granted the lock was sent (driver.ValidFrom).
+func (l *redisLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *redisLock) Token() uint64 { return l.token }
 
 func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	var ok bool
-	err := l.d.write(ctx, l.key, func(s redis.Scripter) (bool, error) {
-		var err error
-		ok, err = redisops.Refresh(ctx, s, l.key, l.value, ttl)
-		return ok, err
+	return l.d.refresh(ctx, l.key, func(s redis.Scripter) (bool, error) {
+		return redisops.Refresh(ctx, s, l.key, l.value, ttl)
 	})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
 }
 
 func (l *redisLock) Unlock(ctx context.Context) error {
-	ok, err := redisops.Release(ctx, l.d.c, l.key, l.value)
-	if err != nil {
-		return err
+	release := redisops.Release
+	if l.fair {
+		release = func(ctx context.Context, c redis.Scripter, key, value string) (bool, error) {
+			return redisops.FairRelease(ctx, c, key, value, false)
+		}
 	}
-	if !ok {
-		return dlock.ErrNotHeld
-	}
-	return nil
+	return heldUnless(release(ctx, l.d.c, l.key, l.value))
 }

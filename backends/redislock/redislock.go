@@ -28,6 +28,7 @@ import (
 type Option func(*config)
 
 type config struct {
+	fifo        bool
 	ackReplicas int
 	ackTimeout  time.Duration
 	ownsClient  bool // Close closes the client (URL openers)
@@ -50,6 +51,25 @@ type config struct {
 // is raised to 1ms, so that WAIT never blocks without a bound.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) { c.ackReplicas, c.ackTimeout = replicas, max(timeout, time.Millisecond) }
+}
+
+// WithFIFO turns the fair mode on or off. In the fair mode the store keeps a queue
+// of waiting Acquires per key (in the lock key's hash slot: redisops.QueueKey) and
+// grants the lock in arrival order: a TryAcquire fails while anyone waits, and a
+// holder that releases and asks again queues behind the waiters. Each waiter renews
+// its place every third of its TTL; a waiter that stops (a crashed process) is
+// dropped when its TTL runs out, so it delays the others by at most that. A release
+// names the next waiter on the release channel; a waiter also looks again at each
+// renewal and when the holder's TTL runs out, so a lost message delays it by at most
+// a third of its TTL. Acquire with WithRetry retries TryAcquire instead of queueing
+// (no order; while others wait it is not granted).
+//
+// Cost: the same round trips as without it (one to acquire, one to release when
+// uncontended); the scripts do a few more operations on the server. Clients in
+// either mode exclude each other on a key, but only the fair mode's clients keep
+// the order.
+func WithFIFO(on bool) Option {
+	return func(c *config) { c.fifo = on }
 }
 
 // MinTTL is the shortest TTL a Locker accepts: Redis counts PX in milliseconds.
@@ -75,5 +95,9 @@ func New(client redis.UniversalClient, opts ...Option) dlock.Locker {
 		o(&c)
 	}
 	d := &redisDriver{c: client, cfg: c, releases: redisops.NewReleases(client)}
-	return dlock.New(d, driver.Info{Name: "redis", MinTTL: MinTTL})
+	info := driver.Info{Name: "redis", MinTTL: MinTTL}
+	if c.fifo {
+		return dlock.New(fairDriver{d}, info)
+	}
+	return dlock.New(d, info)
 }

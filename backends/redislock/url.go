@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,41 +13,62 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
-// Scheme is the URL scheme of New: redis://[user:password@]host:port[/db], or a comma
-// list of hosts (redis://h1:6379,h2:6379) for a Redis Cluster client. Query
-// parameters: wait_replicas=N and wait_timeout=D (a Go duration of at least 1ms,
-// default 100ms) turn on WithReplicaAck.
+// Scheme is the URL scheme of New:
+// redis://[user:password@]host:port[/db][?params]. Several hosts
+// (redis://h1:6379,h2:6379) or cluster=true make a Redis Cluster client (database 0
+// only); sentinel_master=NAME makes the hosts Sentinels, and the client follows the
+// master they name through failovers. Query parameters (none required):
+//
+//	wait_replicas=N, wait_timeout=D   WithReplicaAck (D a Go duration >= 1ms, default 100ms)
+//	fifo=true|false                   the fair mode, WithFIFO (default false)
+//	cluster=true|false                Redis Cluster with one seed host (default: several hosts)
+//	sentinel_master=NAME              the master's name at the Sentinels the hosts are
+//	tls, tls_ca, tls_cert, tls_key, tls_server_name   TLS (see docs/connecting.md)
+//
+// The user name and password authenticate to the data nodes (an ACL user, or only a
+// password for requirepass), not to the Sentinels.
 const Scheme = "redis"
 
+// SchemeTLS is Scheme over TLS: rediss://… is redis://…?tls=true, trusting the
+// system's roots unless tls_ca says otherwise.
+const SchemeTLS = "rediss"
+
 // SchemeSETNX is the URL scheme of NewSETNX: redis+setnx://host:port[/db]?variant=V
-// with V one of expire, getset (required). Hosts are as for Scheme.
+// with V one of expire, getset (required). Hosts, cluster, sentinel_master,
+// credentials and TLS are as for Scheme.
 const SchemeSETNX = "redis+setnx"
 
 func init() {
-	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare, Inspect: inspect})
+	dlock.Register(dlock.Scheme{Name: SchemeTLS, Open: open, Declare: declare, Inspect: inspect})
 	dlock.Register(dlock.Scheme{Name: SchemeSETNX, Open: openSETNX, Declare: declareSETNX})
 }
 
-// redisURL is a parsed redis:// or redis+setnx:// URL.
+// redisURL is a parsed redis://, rediss:// or redis+setnx:// URL.
 type redisURL struct {
 	hosts      []string
 	db         int
 	user, pass string
+	tls        *tls.Config
+	cluster    bool          // a Cluster client
+	master     string        // sentinel_master: the hosts are Sentinels
 	ack        int           // wait_replicas
+	fifo       bool          // fifo (WithFIFO)
 	ackTimeout time.Duration // wait_timeout
 	variant    Variant       // redis+setnx only
 }
 
 func parseURL(u *url.URL) (redisURL, error) {
 	var r redisURL
-	known := []string{"wait_replicas", "wait_timeout"}
+	known := []string{"wait_replicas", "wait_timeout", "fifo"}
 	if u.Scheme == SchemeSETNX {
 		known = []string{"variant"}
 	}
-	q, err := dlock.ParseQuery(u, known...)
+	q, err := dlock.ParseQuery(u, tlsurl.With(append(known, "cluster", "sentinel_master")...)...)
 	if err != nil {
 		return r, err
 	}
@@ -66,8 +88,11 @@ func parseURL(u *url.URL) (redisURL, error) {
 		}
 		r.db = n
 	}
-	if len(r.hosts) > 1 && r.db != 0 {
-		return r, fmt.Errorf("%w: Redis Cluster (several hosts) has only database 0", dlock.ErrInvalidURL)
+	if err := r.parseTopology(q); err != nil {
+		return r, err
+	}
+	if r.tls, err = tlsurl.Config(q, u.Scheme == SchemeTLS); err != nil {
+		return r, err
 	}
 	r.user = u.User.Username()
 	r.pass, _ = u.User.Password()
@@ -76,6 +101,11 @@ func parseURL(u *url.URL) (redisURL, error) {
 			return r, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
 		}
 		return r, nil
+	}
+	if s, ok := q["fifo"]; ok {
+		if r.fifo, err = strconv.ParseBool(s); err != nil {
+			return r, fmt.Errorf("%w: fifo=%q: want true or false", dlock.ErrInvalidURL, s)
+		}
 	}
 	if s, ok := q["wait_replicas"]; ok {
 		if r.ack, err = strconv.Atoi(s); err != nil || r.ack < 0 {
@@ -95,15 +125,39 @@ func parseURL(u *url.URL) (redisURL, error) {
 	return r, nil
 }
 
+// parseTopology reads which kind of deployment the hosts are: one server, a
+// Cluster (several hosts, or cluster=true) or Sentinels (sentinel_master).
+func (r *redisURL) parseTopology(q map[string]string) error {
+	r.master = q["sentinel_master"]
+	if _, ok := q["sentinel_master"]; ok && r.master == "" {
+		return fmt.Errorf("%w: sentinel_master is empty: want the master's name at the Sentinels", dlock.ErrInvalidURL)
+	}
+	switch c, set := q["cluster"]; {
+	case !set:
+		r.cluster = r.master == "" && len(r.hosts) > 1
+	case c == "true":
+		r.cluster = true
+	case c == "false":
+		if r.master == "" && len(r.hosts) > 1 {
+			return fmt.Errorf("%w: cluster=false with several hosts: name one server, or name the Sentinels with sentinel_master", dlock.ErrInvalidURL)
+		}
+	default:
+		return fmt.Errorf("%w: cluster=%q: want true or false", dlock.ErrInvalidURL, c)
+	}
+	if r.cluster && r.master != "" {
+		return fmt.Errorf("%w: cluster=true and sentinel_master exclude each other", dlock.ErrInvalidURL)
+	}
+	if r.cluster && r.db != 0 {
+		return fmt.Errorf("%w: Redis Cluster has only database 0", dlock.ErrInvalidURL)
+	}
+	return nil
+}
+
 // opener returns the opener of a scheme: parse, dial (the Locker closes the client),
 // and make the Locker with newLocker.
 func opener(newLocker func(c redis.UniversalClient, r redisURL) dlock.Locker) dlock.Opener {
 	return func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-		r, err := parseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		c, err := r.dial(ctx)
+		r, c, err := connect(ctx, u)
 		if err != nil {
 			return nil, err
 		}
@@ -111,16 +165,30 @@ func opener(newLocker func(c redis.UniversalClient, r redisURL) dlock.Locker) dl
 	}
 }
 
+// connect parses u and dials the client it names.
+func connect(ctx context.Context, u *url.URL) (redisURL, redis.UniversalClient, error) {
+	r, err := parseURL(u)
+	if err != nil {
+		return r, nil, err
+	}
+	c, err := r.dial(ctx)
+	return r, c, err
+}
+
 var (
 	open = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
-		return New(c, WithReplicaAck(r.ack, r.ackTimeout), func(c *config) { c.ownsClient = true })
+		return New(c, WithReplicaAck(r.ack, r.ackTimeout), WithFIFO(r.fifo), func(c *config) { c.ownsClient = true })
 	})
 	openSETNX = opener(func(c redis.UniversalClient, r redisURL) dlock.Locker {
 		return newSETNX(c, r.variant, true, time.Now)
 	})
 )
 
-// declare: fencing, per-lease TTLs, refresh. An empty server comes back from a
+// declare: fencing, per-lease TTLs, refresh, and with fifo=true a queue served in
+// arrival order (FIFO); native semaphores and read-write locks, fenced, without
+// queue (no writer preference); elections (election.go) and sets of keys in one
+// script (multi.go; key by key across Redis Cluster slots). An empty server comes
+// back from a
 // restart without persistence (every lock gone), Redis expires keys by its wall
 // clock (a clock jump frees them), and, without wait_replicas, a promoted replica may
 // never have seen a lock.
@@ -129,8 +197,14 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
-		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated}}
+	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: r.fifo,
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated},
+		// Native primitives, one script per operation; waiters poll (woken by
+		// releases), so neither order nor writer preference.
+		Semaphore: &spec.Primitive{Native: true, Fencing: true},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}},
+		Election:  &spec.Primitive{Native: true, Fencing: true},
+		MultiKey:  &spec.Primitive{Native: true, Fencing: true}}
 	if r.ack < 1 {
 		// A promoted replica that never saw the lock grants it again (Failover), and
 		// its fencing counter missed the increment: it hands the same token out
@@ -168,7 +242,7 @@ func declareSETNX(u *url.URL) (spec.Capabilities, error) {
 // call past its context.
 func (r redisURL) dial(ctx context.Context) (redis.UniversalClient, error) {
 	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: r.hosts, DB: r.db, Username: r.user, Password: r.pass,
-		ContextTimeoutEnabled: true})
+		TLSConfig: r.tls, IsClusterMode: r.cluster, MasterName: r.master, ContextTimeoutEnabled: true})
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("redislock: %s: PING: %w", strings.Join(r.hosts, ","), err)

@@ -2,13 +2,15 @@ package redlock_test
 
 import (
 	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
-	"strings"
-	"testing"
-	"time"
 )
 
 func key(t testing.TB) string { return "redlock-test/" + t.Name() }
@@ -477,4 +479,104 @@ func TestOpen(t *testing.T) {
 	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), rs[0].Addr()) {
 		t.Fatalf("Open with 3 of 5 masters down: want ErrUnavailable naming %s, got %v", rs[0].Addr(), err)
 	}
+}
+
+// setOn sets key to value (for 60s) on the given masters, as other contenders' grants.
+func setOn(t testing.TB, rs []*servers.Redis, key, value string, on ...int) {
+	t.Helper()
+	for _, i := range on {
+		if _, err := rs[i].Do(ctxFor(t, 10*time.Second), "SET", key, value, "PX", "60000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// others returns the masters other than those in not, in order.
+func others(n int, not ...int) []int {
+	var out []int
+	for i := range n {
+		if !slices.Contains(not, i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// A split vote is broken by the key's gate master: the contender that holds the gate
+// (with one more master) while two other contenders hold the rest (two and one),
+// none with a majority, keeps what it has and takes the masters the others give
+// back; a contender that does not hold the gate gives its grants back at once and
+// fails; and while another value holds a majority, the gate holder fails at once too.
+func TestSplitVoteBrokenByGate(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	l := newLocker(t, rs)
+	warm(t, l)
+
+	t.Run("gate holder claims", func(t *testing.T) {
+		k := key(t)
+		g := redlock.GateIndex(k, masters)
+		rest := others(masters, g)
+		setOn(t, rs, k, "x", rest[0], rest[1])
+		setOn(t, rs, k, "y", rest[2])
+		const withdrawAfter = 50 * time.Millisecond
+		withdrawn := make(chan struct{})
+		go func() { // the other contenders lose and give their grants back
+			defer close(withdrawn)
+			time.Sleep(withdrawAfter)
+			for _, i := range rest[:3] {
+				if _, err := rs[i].Do(ctxFor(t, 10*time.Second), "DEL", k); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+		t0 := time.Now()
+		ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k)
+		took := time.Since(t0)
+		<-withdrawn
+		if err != nil {
+			t.Fatalf("holding the gate and one more master in a split vote: %v, want the lock once the others withdraw", err)
+		}
+		if took < withdrawAfter {
+			t.Errorf("granted after %v, before the other contenders withdrew (%v)", took, withdrawAfter)
+		}
+		if n, vals := holders(t, rs, k); n < masters/2+1 {
+			t.Errorf("the claimed lock is on %d masters (%v), want a majority", n, vals)
+		}
+		if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("others give back", func(t *testing.T) {
+		k := key(t)
+		g := redlock.GateIndex(k, masters)
+		rest := others(masters, g)
+		setOn(t, rs, k, "x", g, rest[0])
+		setOn(t, rs, k, "y", rest[1])
+		t0 := time.Now()
+		if _, err := l.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a split vote without the gate: %v, want ErrNotAcquired", err)
+		}
+		t.Logf("failed after %v", time.Since(t0))
+		if n, vals := holders(t, rs, k); n != 3 {
+			t.Errorf("after the failed attempt %d masters hold %q: %v (want only the other contenders' 3)", n, k, vals)
+		}
+	})
+
+	t.Run("majority elsewhere", func(t *testing.T) {
+		k := key(t)
+		g := redlock.GateIndex(k, masters)
+		rest := others(masters, g)
+		setOn(t, rs, k, "x", rest[0], rest[1], rest[2])
+		t0 := time.Now()
+		if _, err := l.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("another value on a majority: %v, want ErrNotAcquired", err)
+		}
+		if took := time.Since(t0); took > 2*time.Second {
+			t.Errorf("with another value on a majority the gate holder failed only after %v: it must not claim", took)
+		}
+		if n, vals := holders(t, rs, k); n != 3 {
+			t.Errorf("after the failed attempt %d masters hold %q: %v (want only the holder's 3)", n, k, vals)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/redisops"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -100,18 +102,34 @@ func holders(t testing.TB, rs []*servers.Redis, key string) (n int, values []str
 }
 
 // harness gives the suite clients of New over 5 masters, each client with its own
-// go-redis clients (its own connections), as separate processes would have.
+// go-redis clients (its own connections), as separate processes would have; or, with
+// a URL, clients opened from it.
 type harness struct {
-	rs []*servers.Redis
+	rs   []*servers.Redis
+	name string
+	url  string
 }
 
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
+	if h.url != "" {
+		return servertest.Open(t, h.url)
+	}
 	return redlock.New(clients(t, h.rs))
 }
 
-func (h *harness) Name() string { return "redlock" }
+func (h *harness) Name() string {
+	if h.name != "" {
+		return h.name
+	}
+	return "redlock"
+}
 
-func (h *harness) Capabilities() spec.Capabilities { return conformance.MustDeclare(url(h.rs)) }
+func (h *harness) Capabilities() spec.Capabilities {
+	if h.url != "" {
+		return conformance.MustDeclare(h.url)
+	}
+	return conformance.MustDeclare(url(h.rs))
+}
 
 // DeleteKey deletes the lock on every master, as an operator would; it must have
 // existed on a majority.
@@ -133,4 +151,29 @@ func (h *harness) DeleteKey(t testing.TB, key string) {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, &harness{rs: privateMasters(t, masters, false)})
+}
+
+// tlsMasters starts n masters that speak TLS only and want client certificates,
+// each with the ACL user locker:secretPassword (redisops.LockUserACL), and returns
+// them with the redlock:// URL of that user (CA, client certificate and key, server
+// name "localhost").
+func tlsMasters(t testing.TB, n int) ([]*servers.Redis, string) {
+	pki := servertest.PKI(t)
+	rs := make([]*servers.Redis, n)
+	for i := range rs {
+		rs[i] = servertest.SecureRedis(t, pki, "adm1n-pw", "locker", secretPassword, redisops.LockUserACL)
+	}
+	u := fmt.Sprintf("redlock://locker:%s@%s?%s", secretPassword, strings.Join(addrs(rs), ","), pki.URLQuery())
+	return rs, u
+}
+
+// secretPassword is the lock user's password on the TLS masters.
+const secretPassword = "S3CRET-redlock-pw"
+
+// TestConformanceTLS runs the suite on Lockers opened from a redlock:// URL with TLS
+// (CA, client certificate, server name) and an ACL user of least privilege, over 3
+// masters that require all of them.
+func TestConformanceTLS(t *testing.T) {
+	rs, u := tlsMasters(t, 3)
+	conformance.Run(t, &harness{rs: rs, name: "redlock (TLS, ACL user)", url: u})
 }

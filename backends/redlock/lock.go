@@ -90,6 +90,8 @@ func (d *redlockDriver) nodeTimeout(ttl time.Duration) time.Duration {
 	return DefaultNodeTimeout(ttl)
 }
 
+// TryLock is steps 1–4 of the algorithm (package doc), with the tie-break of a split
+// vote (tiebreak.go).
 func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	start := time.Now()
 	value := redisops.NewValue()
@@ -98,38 +100,60 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	if d.firstContact() {
 		longest = max(timeout, FirstContactTimeout)
 	}
+	// judged is closed once a lost round is judged: keep says whether its grants are
+	// kept for a claim (tiebreak.go) rather than withdrawn (step 4).
+	judged := make(chan struct{})
+	var keep bool
+	judge := func(k bool) { keep = k; close(judged) }
 	r := d.poll(ctx, timeout, func(ctx context.Context, i int) vote {
-		_, remaining, ok, err := redisops.Acquire(ctx, d.nodes[i].c, key, value, ttl)
-		v := voteOf(ok, err)
-		v.remaining = remaining
-		return v
+		return d.acquireVote(ctx, i, key, value, ttl)
 	}, func(v vote, won bool) {
 		// Step 4: a master that granted, or whose answer was lost, may hold our value.
 		// A refusal is an atomic "held by another", and a request never sent did
 		// nothing: nothing of ours is there.
-		if !won && v.sent && v.answer != no {
+		if won || !v.sent || v.answer == no {
+			return
+		}
+		<-judged
+		if !keep {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 			defer cancel()
-			d.releaseNode(ctx, v.node, key, value)
+			d.withdrawNode(ctx, v.node, key, value)
 		}
 	})
 	if r.won {
-		return &lock{d: d, key: key, value: value, ttl: ttl, validUntil: start.Add(ttl - d.cfg.drift(ttl)),
-			released: make([]atomic.Bool, len(d.nodes)), acquired: r.ended, settleWithin: longest}, nil
+		judge(false)
+		return d.newLock(key, value, ttl, start, r.ended, longest), nil
 	}
 	if r.ctxErr == nil && d.tooMany(r, failed) {
+		judge(false)
 		// The masters are down or hung: say so now; the releases of step 4 go on in
 		// the background (Close waits for them) instead of costing another timeout.
 		return nil, d.undecided(r, fmt.Sprintf("acquire %q", key))
+	}
+	if r.ctxErr == nil && d.holdsSplitGate(r, key, longest) {
+		judge(true)
+		if lk := d.claim(ctx, r, key, value, ttl, start, longest); lk != nil {
+			return lk, nil
+		}
+	} else {
+		judge(false)
 	}
 	// Every release of step 4 is done: nothing of ours is left behind. (A request to a
 	// hung master on a client without ContextTimeoutEnabled may outlast longest; its
 	// release then follows in the background.)
 	waitAtMost(r.settled, 2*longest)
-	if r.ctxErr != nil {
-		return nil, fmt.Errorf("redlock: acquire %q: %w", key, r.ctxErr)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: %w", key, err)
 	}
 	return nil, driver.Busy(d.busyFor(r))
+}
+
+// newLock is a grant of key to value: valid from start for ttl − drift; acquired[i]
+// is closed when the acquire request to master i has ended, within settleWithin.
+func (d *redlockDriver) newLock(key, value string, ttl time.Duration, start time.Time, acquired []chan struct{}, settleWithin time.Duration) *lock {
+	return &lock{d: d, key: key, value: value, ttl: ttl, validUntil: start.Add(ttl - d.cfg.drift(ttl)),
+		released: make([]atomic.Bool, len(d.nodes)), acquired: acquired, settleWithin: settleWithin}
 }
 
 // busyFor estimates how long until enough of the masters that refused the lock free
@@ -152,12 +176,20 @@ func (d *redlockDriver) busyFor(r *round) time.Duration {
 	return rem[need-1]
 }
 
-// releaseNode deletes key on master i if it holds value.
+// releaseNode deletes key on master i if it holds value, and announces the release
+// to the master's waiters.
 func (d *redlockDriver) releaseNode(ctx context.Context, i int, key, value string) vote {
 	return voteOf(redisops.Release(ctx, d.nodes[i].c, key, value))
 }
 
-// voteOf turns a master's reply into a vote.
+// withdrawNode deletes key on master i if it holds value, without an announcement:
+// the grant of a lost round, which never made the lock free or held.
+func (d *redlockDriver) withdrawNode(ctx context.Context, i int, key, value string) {
+	_, _ = redisops.Withdraw(ctx, d.nodes[i].c, key, value)
+}
+
+// Close waits for the requests still in flight, then ends the release subscriptions
+// and, for a URL opener's Locker, the clients.
 func (d *redlockDriver) Close() error {
 	d.inflight.Wait()
 	var errs []error
@@ -196,6 +228,8 @@ type lock struct {
 // overtaken.
 func (l *lock) awaitAcquire(i int) { waitAtMost(l.acquired[i], l.settleWithin) }
 
+// Token is always 0: Redlock has no counter that every later grant is sure to exceed
+// (see the docs page).
 func (l *lock) Token() uint64 { return 0 }
 
 // Refresh sets the TTL to ttl on every master that still holds our value and succeeds

@@ -28,6 +28,7 @@ type vote struct {
 	node      int
 	answer    answer
 	remaining time.Duration // acquire, no: the holder's remaining TTL on that master
+	holder    string        // acquire, no: the holder's value on that master
 	err       error         // failed: why
 	sent      bool          // the request went out (it may have had effects)
 }
@@ -47,6 +48,7 @@ type round struct {
 	ctxErr  error  // the caller's ctx ended before the decision
 	settled chan struct{}
 	ended   []chan struct{} // per master: closed when its request has ended
+	final   []vote          // per master: its request's outcome, set before ended[i] closes
 }
 
 // poll sends op to every master in parallel, each request bounded by timeout (a
@@ -58,7 +60,7 @@ type round struct {
 // it gets the request's real outcome.
 func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool)) *round {
 	n := len(d.nodes)
-	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n)}
+	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n), final: make([]vote, n)}
 	for i := range r.ended {
 		r.ended[i] = make(chan struct{})
 	}
@@ -78,8 +80,9 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 				})
 			}
 			v := d.send(ctx, decided, i, timeout, op, report)
-			close(r.ended[i])
 			v.node = i
+			r.final[i] = v
+			close(r.ended[i])
 			report(v)
 			if then != nil {
 				<-decided
@@ -177,7 +180,7 @@ func (d *redlockDriver) tooMany(r *round, a answer) bool {
 	return r.count(a) > len(d.nodes)-d.quorum
 }
 
-// TryLock is steps 1–4 of the algorithm (package doc).
+// voteOf turns a master's reply into a vote.
 func voteOf(ok bool, err error) vote {
 	switch {
 	case err != nil:
@@ -202,6 +205,3 @@ func waitAtMost(ch <-chan struct{}, d time.Duration) {
 	case <-t.C:
 	}
 }
-
-// Token is always 0: Redlock has no counter that every later grant is sure to exceed
-// (see the docs page).

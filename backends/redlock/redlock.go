@@ -4,7 +4,7 @@
 // The algorithm, step by step (docs/backends/redlock.md names the test of each):
 //
 //  1. Acquire: send the same key and the same random 128-bit value to every master in
-//     parallel (redisops.Acquire: SET-if-absent with a PX expiry, in Lua), each request
+//     parallel (vote.lua: SET-if-absent with a PX expiry, in Lua), each request
 //     bounded by a short per-node timeout (DefaultNodeTimeout, or WithNodeTimeout).
 //  2. Decide as soon as the outcome is known: held once a majority (N/2+1) granted it;
 //     failed once so many masters refused or did not answer that a majority can no
@@ -18,7 +18,10 @@
 //     and those that failed or had not answered, each after its own request ended),
 //     then report the lock busy (or dlock.ErrUnavailable when more than N − quorum
 //     masters could not be reached) so that the shared retry loop waits a random
-//     delay (WithRetry) before the next attempt.
+//     delay (WithRetry) before the next attempt. A split vote (no value on a
+//     majority) is the exception: the contender that holds the key's gate master
+//     keeps its grants and claims the others' (tiebreak.go), so that one of the
+//     clients that asked at the same moment gets the lock.
 //  5. Refresh and Release go to every master in parallel; Refresh succeeds only when a
 //     majority extended the lock within its validity, Release when a majority deleted
 //     it (owner-checked: only keys holding our value are touched).
@@ -34,12 +37,14 @@
 package redlock
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/generic"
 )
 
 // Option configures New.
@@ -128,4 +133,11 @@ func New(clients []redis.UniversalClient, opts ...Option) dlock.Locker {
 		o(&c)
 	}
 	return dlock.New(newDriver(clients, c), driver.Info{Name: "redlock", Drift: c.drift, MinTTL: MinTTL})
+}
+
+// TryLockSemaphore takes a permit of the generic semaphore (package
+// internal/generic): one of limit Redlock mutexes per key. Limits are not compared,
+// tokens are 0 (as for every Redlock lease), and waiters poll.
+func (d *redlockDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
+	return generic.Semaphore{D: d}.TryLockSemaphore(ctx, key, limit, ttl)
 }

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -13,14 +14,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisops"
+	"github.com/dlock-go/dlock/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme of New: redlock://[user:password@]h1:port,h2:port,…[/db],
-// one host per independent master (the same credentials and database number for all).
-// Query parameters: node_timeout (a Go duration; WithNodeTimeout), drift_factor (a
-// number, e.g. 0.01) and drift_fixed (a Go duration, e.g. 2ms) for WithDrift (both or
-// neither).
+// one host per independent master (the same credentials, database number and TLS
+// settings for all). Query parameters: node_timeout (a Go duration; WithNodeTimeout),
+// drift_factor (a number, e.g. 0.01) and drift_fixed (a Go duration, e.g. 2ms) for
+// WithDrift (both or neither), and the TLS parameters of redis:// (tls, tls_ca,
+// tls_cert, tls_key, tls_server_name; see docs/connecting.md).
 //
 // The opener refuses a host named twice. It pings every master in parallel and
 // fails (wrapping dlock.ErrUnavailable) unless a majority answer within 2s; masters that are
@@ -31,56 +35,104 @@ const Scheme = "redlock"
 const openTimeout = 2 * time.Second
 
 func init() {
-	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare, Inspect: inspect})
 }
 
-// declare: per-lease TTLs and refresh, no fencing. A master that restarts without
+// declare: per-lease TTLs and refresh, no fencing; the generic semaphore. A master that restarts without
 // persistence forgets the locks it granted, so a second client can reach a majority
 // while the first lease is live (ServerRestart); so does a lease that stands on a
 // bare majority when one of its masters' clocks jumps (ClockJumpBareMajority,
 // Kleppmann's counterexample). One master's clock jump under a lease held on all of
-// them does not matter (ClockJump).
+// them does not matter (ClockJump). Sets of keys are taken key by key (each key by
+// quorum); there are no elections.
 func declare(u *url.URL) (spec.Capabilities, error) {
-	if _, _, _, err := parseURL(u); err != nil {
+	if _, err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL,
-		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJumpBareMajority: spec.Violated}}, nil
+		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJumpBareMajority: spec.Violated},
+		// The generic semaphore: slots of Redlock mutexes; limits are not compared.
+		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}},
+		MultiKey:  &spec.Primitive{}}, nil
 }
 
-// parseURL returns the options, masters and database number of u.
-func parseURL(u *url.URL) (opts []Option, hosts []string, db int, err error) {
-	q, err := dlock.ParseQuery(u, "node_timeout", "drift_factor", "drift_fixed")
+// redlockURL is a parsed redlock:// URL.
+type redlockURL struct {
+	opts       []Option
+	hosts      []string
+	db         int
+	user, pass string
+	tls        *tls.Config
+}
+
+// parseURL reads u: its options, masters, database number, credentials and TLS.
+func parseURL(u *url.URL) (r redlockURL, err error) {
+	q, err := dlock.ParseQuery(u, tlsurl.With("node_timeout", "drift_factor", "drift_fixed")...)
 	if err != nil {
-		return nil, nil, 0, err
+		return r, err
 	}
-	if opts, err = urlOptions(q); err != nil {
-		return nil, nil, 0, err
+	if r.opts, err = urlOptions(q); err != nil {
+		return r, err
 	}
-	hosts, db, err = urlHosts(u)
-	return opts, hosts, db, err
+	if r.hosts, r.db, err = urlHosts(u); err != nil {
+		return r, err
+	}
+	if r.tls, err = tlsurl.Config(q, false); err != nil {
+		return r, err
+	}
+	r.user = u.User.Username()
+	r.pass, _ = u.User.Password()
+	return r, nil
+}
+
+// dial makes one client per master. ContextTimeoutEnabled: the per-node timeout (a
+// ctx deadline) ends the socket read too, so that no request to a hung master
+// outlives it.
+func (r redlockURL) dial() []redis.UniversalClient {
+	clients := make([]redis.UniversalClient, len(r.hosts))
+	for i, h := range r.hosts {
+		clients[i] = redis.NewClient(&redis.Options{Addr: h, DB: r.db, Username: r.user, Password: r.pass, TLSConfig: r.tls,
+			ContextTimeoutEnabled: true})
+	}
+	return clients
+}
+
+func closeClients(clients []redis.UniversalClient) {
+	for _, c := range clients {
+		c.Close()
+	}
 }
 
 func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-	opts, hosts, db, err := parseURL(u)
+	r, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	user := u.User.Username()
-	pass, _ := u.User.Password()
-	clients := make([]redis.UniversalClient, len(hosts))
-	for i, h := range hosts {
-		// ContextTimeoutEnabled: the per-node timeout (a ctx deadline) ends the socket
-		// read too, so that no request to a hung master outlives it.
-		clients[i] = redis.NewClient(&redis.Options{Addr: h, DB: db, Username: user, Password: pass, ContextTimeoutEnabled: true})
-	}
-	if err := pingMajority(ctx, hosts, clients); err != nil {
-		for _, c := range clients {
-			c.Close()
-		}
+	clients := r.dial()
+	if err := pingMajority(ctx, r.hosts, clients); err != nil {
+		closeClients(clients)
 		return nil, err
 	}
-	return New(clients, append(opts, func(c *config) { c.ownsClients = true })...), nil
+	return New(clients, append(r.opts, func(c *config) { c.ownsClients = true })...), nil
+}
+
+// inspect reads the configuration of every master (redisops.Inspect): persistence
+// and eviction matter on each; their replicas play no part in the algorithm.
+func inspect(ctx context.Context, u *url.URL) ([]spec.Finding, error) {
+	r, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	clients := r.dial()
+	defer closeClients(clients)
+	if err := pingMajority(ctx, r.hosts, clients); err != nil {
+		return nil, err
+	}
+	var fs []spec.Finding
+	for i, c := range clients {
+		fs = append(fs, redisops.Inspect(ctx, c, redisops.InspectOptions{Node: r.hosts[i]})...)
+	}
+	return fs, nil
 }
 
 func urlOptions(q map[string]string) ([]Option, error) {

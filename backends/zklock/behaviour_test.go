@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // uniqueKey returns a key no other test uses.
@@ -505,7 +507,7 @@ func TestOpen(t *testing.T) {
 		"zk://" + addr + "/dlock?foo=1",
 		"zk://" + addr + "/dlock?session_timeout=soon",
 		"zk://" + addr + "/dlock?session_timeout=-1s",
-		"zk://user:pw@" + addr + "/dlock",
+		"zk://user@" + addr + "/dlock-open", // digest needs user:password
 		"zk:///dlock",
 		"zk://" + addr + "/zookeeper/x",
 		"zk://" + addr + "/a//b",
@@ -563,4 +565,246 @@ func TestNewPanicsOnBadRoot(t *testing.T) {
 		}
 	}()
 	zklock.New(conn, zklock.WithRoot("/"))
+}
+
+// TestACLProtectsLockNodes: a lock taken through a zk:// URL with user:password is
+// a node with a creator-only ACL in a directory with one: a client without the
+// credentials (or with another password) can neither delete the holder's node, nor
+// change it, nor plant a child next to it, and the holder keeps its lease. Without
+// credentials any client deletes the holder's node, and the holder loses its lease.
+func TestACLProtectsLockNodes(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	addr := z.Addrs()[0]
+	anyone := connect(t, z.Addrs(), 10*time.Second)
+	impostor := connectAs(t, z.Addrs(), 10*time.Second, nil, "locker:WRONG-"+secretPassword)
+	owner := connectAs(t, z.Addrs(), 10*time.Second, nil, "locker:"+secretPassword) // may list the directories
+	holderNode := func(t *testing.T, root, k string) string {
+		t.Helper()
+		dir := zklock.LockDir(root, k)
+		children, _, err := owner.Children(dir)
+		if err != nil || len(children) != 1 {
+			t.Fatalf("children of %s: %v, %v", dir, children, err)
+		}
+		return dir + "/" + children[0]
+	}
+	t.Run("authenticated", func(t *testing.T) {
+		root := "/dlock-acl-" + fmt.Sprint(time.Now().UnixNano())
+		l := servertest.Open(t, "zk://locker:"+secretPassword+"@"+addr+root)
+		k := uniqueKey(t)
+		ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := holderNode(t, root, k)
+		for name, c := range map[string]*zk.Conn{"unauthenticated": anyone, "wrong password": impostor} {
+			if err := c.Delete(node, -1); !errors.Is(err, zk.ErrNoAuth) {
+				t.Errorf("%s client: Delete of the holder's node: %v, want zk.ErrNoAuth", name, err)
+			}
+			if _, err := c.Set(node, []byte("x"), -1); !errors.Is(err, zk.ErrNoAuth) {
+				t.Errorf("%s client: Set on the holder's node: %v, want zk.ErrNoAuth", name, err)
+			}
+			if _, err := c.Create(zklock.LockDir(root, k)+"/lock-0000000000", nil, 0, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+				t.Errorf("%s client: planting a node in the lock directory: %v, want zk.ErrNoAuth", name, err)
+			}
+		}
+		if acl, _, err := owner.GetACL(node); err != nil || len(acl) != 1 || acl[0].Scheme != "digest" || !strings.HasPrefix(acl[0].ID, "locker:") {
+			t.Errorf("the holder's node's ACL: %+v, %v; want one digest entry for locker", acl, err)
+		}
+		select {
+		case <-ls.Done():
+			t.Fatalf("the lease ended: %v", ls.Err())
+		default:
+		}
+		if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// Another password is another identity: its locks under this root are refused.
+		other := servertest.Open(t, "zk://locker:WRONG-"+secretPassword+"@"+addr+root)
+		_, err = other.TryAcquire(ctxFor(t, 10*time.Second), "other-key")
+		if !errors.Is(err, zk.ErrNoAuth) || strings.Contains(err.Error(), secretPassword) {
+			t.Errorf("TryAcquire with another password under a root it does not own: %v, want zk.ErrNoAuth without the password", err)
+		}
+	})
+	t.Run("unauthenticated", func(t *testing.T) {
+		root := "/dlock-noacl-" + fmt.Sprint(time.Now().UnixNano())
+		l := servertest.Open(t, "zk://"+addr+root)
+		k := uniqueKey(t)
+		ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := anyone.Delete(holderNode(t, root, k), -1); err != nil {
+			t.Fatalf("deleting a world-writable lock node: %v", err)
+		}
+		select {
+		case <-ls.Done():
+			t.Logf("lease ended when another client deleted its node: %v", ls.Err())
+		case <-time.After(10 * time.Second):
+			t.Fatal("the lease outlived its deleted node by 10s")
+		}
+	})
+}
+
+// TestPlantedNodesIgnored: children of a lock directory that are not lock nodes of
+// this protocol — other names, and a persistent node named like the lowest lock
+// node — block no one: TryAcquire and Acquire are granted past them, and a waiter
+// is granted when the real holder releases.
+func TestPlantedNodesIgnored(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	root := "/dlock-planted"
+	l := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	other := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	admin := connect(t, z.Addrs(), 10*time.Second)
+	k := uniqueKey(t)
+	dir := zklock.LockDir(root, k)
+	if _, err := admin.CreateContainer(dir, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"_c_0123456789abcdef0123456789abcdef-lock-0000000000", "lock-0000000001", "junk", "lock-12", "xlock-0000000002"} {
+		if _, err := admin.Create(dir+"/"+name, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(dir+"/"+name, -1) })
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	ls, err := l.TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatalf("TryAcquire past planted nodes: %v", err)
+	}
+	if _, err := other.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while a real holder holds: %v, want ErrNotAcquired", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ls2, err := other.Acquire(ctx, k)
+		if err == nil {
+			err = ls2.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // queued behind the holder (a later grant would be as good)
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire after the real holder's release: %v", err)
+	}
+	ls, err = l.Acquire(ctx, k)
+	if err != nil {
+		t.Fatalf("Acquire past planted nodes: %v", err)
+	}
+	_ = ls.Release(ctx)
+}
+
+// TestTLSRefusals: a server whose client port speaks TLS only and wants client
+// certificates gives no session to a plain-text client, to one without a
+// certificate, or to one that trusts another CA.
+func TestTLSRefusals(t *testing.T) {
+	pki := servertest.PKI(t)
+	z := servertest.NewZooKeeperWith(t, servers.ZooKeeperOptions{TLS: pki})
+	base := "zk://" + z.Addr() + "/dlock-tls"
+	for name, u := range map[string]string{
+		"plain text":            base,
+		"no client certificate": base + "?tls_ca=" + url.QueryEscape(pki.CAFile) + "&tls_server_name=localhost",
+		"another CA":            base + "?" + servertest.PKI(t).URLQuery(),
+	} {
+		l, err := dlock.Open(ctxFor(t, 2*time.Second), u)
+		if err == nil {
+			l.Close()
+			t.Errorf("%s: Open succeeded", name)
+		}
+	}
+	servertest.Open(t, base+"?"+pki.URLQuery()).Close()
+}
+
+// TestInspect: the deployment check reports a clamped session timeout, a
+// standalone server and unprotected lock nodes as exposures, and an authenticated
+// URL's creator-only ACL and a 3-voter ensemble as protections.
+func TestInspect(t *testing.T) {
+	z := servertest.ZooKeeper(t) // maxSessionTimeout 60s
+	addr := z.Addrs()[0]
+	expect := func(t *testing.T, m map[string]spec.Finding, topic string, exposed bool, setting string) {
+		t.Helper()
+		if f, ok := m[topic]; !ok || f.Exposed != exposed || !strings.Contains(f.Setting, setting) || f.Detail == "" {
+			t.Errorf("%s: %+v, want exposed=%v with setting %q", topic, f, exposed, setting)
+		}
+	}
+	m := servertest.Findings(t, "zk://"+addr+"/dlock-inspect?session_timeout=2m")
+	expect(t, m, "HolderPause", true, "session_timeout asked 2m0s, granted 1m0s")
+	expect(t, m, "QuorumLoss", true, "standalone")
+	expect(t, m, "LeaderKill", true, "standalone")
+	expect(t, m, "MutualExclusion", true, "world")
+	m = servertest.Findings(t, "zk://locker:"+secretPassword+"@"+addr+"/dlock-inspect-acl?session_timeout=3s")
+	expect(t, m, "HolderCrash", false, "asked 3s, granted 3s")
+	expect(t, m, "MutualExclusion", false, "creator only")
+	if !testing.Short() {
+		e := servertest.ZKEnsemble(t, 3)
+		m = servertest.Findings(t, "zk://"+strings.Join(e.Addrs(), ",")+"/dlock-inspect")
+		expect(t, m, "QuorumLoss", false, "ensemble of 3 voters")
+		expect(t, m, "LeaderKill", false, "ensemble of 3 voters")
+	}
+}
+
+// TestPlantedCandidatesIgnored: persistent nodes named like LeaderLatch candidates
+// in an election's directory lead nothing: a campaign wins past them, Leader and
+// observers report the real leader, never a planted one, and ErrNoLeader when there
+// is none.
+func TestPlantedCandidatesIgnored(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	root := "/dlock-planted-latch"
+	l := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	other := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	admin := connect(t, z.Addrs(), 10*time.Second)
+	name := uniqueKey(t)
+	dir := zklock.ElectionPath(root, name)
+	if err := makeAll(admin, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"_c_0123456789abcdef0123456789abcdef-latch-0000000000", "latch-0000000001"} {
+		if _, err := admin.Create(dir+"/"+n, []byte("planted"), zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(dir+"/"+n, -1) })
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	e, err := dlock.NewElection(l, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld, err := e.Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
+		t.Fatalf("Leader with only planted candidates: %+v, %v; want ErrNoLeader", ld, err)
+	}
+	term, err := e.TryCampaign(ctx, "real")
+	if err != nil {
+		t.Fatalf("TryCampaign past planted candidates: %v", err)
+	}
+	defer term.Release(ctx)
+	if ld, err := e.Leader(ctx); err != nil || ld.Value != "real" || ld.Token != term.Token() {
+		t.Errorf("Leader: %+v, %v; want the real leader (token %d)", ld, err, term.Token())
+	}
+	oe, err := dlock.NewElection(other, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oe.TryCampaign(ctx, "second"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryCampaign while a real leader leads: %v, want ErrNotAcquired", err)
+	}
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if ld, ok := <-oe.Observe(octx); !ok || ld.Value != "real" {
+		t.Errorf("Observe: %+v (open %v), want the real leader first", ld, ok)
+	}
+}
+
+// makeAll creates path and its missing parents as persistent nodes.
+func makeAll(conn *zk.Conn, path string) error {
+	for i := 1; i <= len(path); i++ {
+		if i < len(path) && path[i] != '/' {
+			continue
+		}
+		if _, err := conn.Create(path[:i], nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package zklock_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/zklock"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
@@ -44,6 +46,22 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				return err
 			}
 			return ls.Release(b.Context())
+		})
+	})
+	// A TryAcquire that finds the key held: create, list, check the holder's node
+	// is ephemeral (not a node planted to block the key), delete.
+	b.Run("dlock-TryAcquire-busy", func(b *testing.B) {
+		busy := fmt.Sprintf("bench-busy/%d", time.Now().UnixNano())
+		held, err := l.TryAcquire(b.Context(), busy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer held.Release(b.Context())
+		cycles(b, func() error {
+			if _, err := l.TryAcquire(b.Context(), busy); !errors.Is(err, dlock.ErrNotAcquired) {
+				return fmt.Errorf("TryAcquire of a held key: %v", err)
+			}
+			return nil
 		})
 	})
 	b.Run("zk.Lock", func(b *testing.B) {

@@ -2,9 +2,11 @@ package zklock_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -48,19 +50,46 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 }
 
 // connect opens a raw go-zookeeper connection (no proxy) and waits for its session.
-func connect(t testing.TB, addrs []string, timeout time.Duration, opts ...func(*zk.Conn)) *zk.Conn {
+func connect(t testing.TB, addrs []string, timeout time.Duration) *zk.Conn {
 	t.Helper()
-	conn, events, err := zk.Connect(addrs, timeout, zk.WithLogger(quiet{}))
+	return connectAs(t, addrs, timeout, nil, "")
+}
+
+// connectAs is connect over TLS (tc not nil) and authenticated with the digest
+// credentials auth ("user:password", "" for none).
+func connectAs(t testing.TB, addrs []string, timeout time.Duration, tc *tls.Config, auth string) *zk.Conn {
+	t.Helper()
+	dial := func(network, addr string, d time.Duration) (net.Conn, error) {
+		if tc != nil {
+			return tls.DialWithDialer(&net.Dialer{Timeout: d}, network, addr, tc)
+		}
+		return net.DialTimeout(network, addr, d)
+	}
+	conn, events, err := zk.Connect(addrs, timeout, zk.WithLogger(quiet{}), zk.WithDialer(dial))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if auth != "" {
+		t.Cleanup(conn.Close)
+		waitHasSession(t, events, addrs)
+		if err := conn.AddAuth("digest", []byte(auth)); err != nil {
+			t.Fatalf("AddAuth: %v", err)
+		}
+		return conn
+	}
 	t.Cleanup(conn.Close)
+	waitHasSession(t, events, addrs)
+	return conn
+}
+
+func waitHasSession(t testing.TB, events <-chan zk.Event, addrs []string) {
+	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
 		case e := <-events:
 			if e.State == zk.StateHasSession {
-				return conn
+				return
 			}
 		case <-deadline:
 			t.Fatalf("no ZooKeeper session with %v", addrs)
@@ -82,6 +111,9 @@ type harness struct {
 	root    string
 	timeout time.Duration
 	admin   *zk.Conn
+	// userinfo ("user:password@") and query (more parameters) go into the clients'
+	// URLs.
+	userinfo, query string
 
 	mu      sync.Mutex
 	proxies map[dlock.Locker][]*servers.Proxy
@@ -105,7 +137,7 @@ func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
 	u := h.url(hosts)
 	l, err := dlock.Open(ctxFor(t, 30*time.Second), u)
 	if err != nil {
-		t.Fatalf("Open(%s): %v", u, err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { l.Close() }) // idempotent: the suite closes its clients too
 	h.mu.Lock()
@@ -117,9 +149,16 @@ func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
 // url is the zk:// URL of the harness's root and session timeout on hosts.
 // A harness with timeout 0 opens URLs without session_timeout: the default.
 func (h *harness) url(hosts []string) string {
-	u := fmt.Sprintf("zk://%s%s", strings.Join(hosts, ","), h.root)
+	var q []string
 	if h.timeout > 0 {
-		u += "?session_timeout=" + h.timeout.String()
+		q = append(q, "session_timeout="+h.timeout.String())
+	}
+	if h.query != "" {
+		q = append(q, h.query)
+	}
+	u := fmt.Sprintf("zk://%s%s%s", h.userinfo, strings.Join(hosts, ","), h.root)
+	if len(q) > 0 {
+		u += "?" + strings.Join(q, "&")
 	}
 	return u
 }
@@ -186,6 +225,23 @@ func (h *harness) DeleteKey(t testing.TB, key string) {
 func TestConformance(t *testing.T) {
 	z := servertest.ZooKeeper(t)
 	conformance.Run(t, newHarness(t, z.Addrs(), 2*time.Second))
+}
+
+// secretPassword is the digest password of the lock user in the TLS and ACL tests:
+// no message may show it.
+const secretPassword = "S3CRET-zk-pw"
+
+// TestConformanceTLSAuth runs the suite on Lockers opened from a zk:// URL with a
+// digest user and password (so the lock nodes carry a creator-only ACL) and a CA,
+// a client certificate and key and a server name, against a server whose client
+// port speaks TLS only and requires client certificates.
+func TestConformanceTLSAuth(t *testing.T) {
+	pki := servertest.PKI(t)
+	z := servertest.NewZooKeeperWith(t, servers.ZooKeeperOptions{TLS: pki})
+	h := &harness{name: "zk (TLS, digest ACL)", addrs: z.Addrs(), root: "/dlock-secure", timeout: 2 * time.Second,
+		admin:    connectAs(t, z.Addrs(), 10*time.Second, pki.ClientTLS(), "locker:"+secretPassword),
+		userinfo: "locker:" + secretPassword + "@", query: pki.URLQuery(), proxies: map[dlock.Locker][]*servers.Proxy{}}
+	conformance.Run(t, h)
 }
 
 // TestConformanceEnsemble runs the suite on a 3-node ensemble (the leader kill is

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,12 +30,42 @@ type zkDriver struct {
 }
 
 func (d *zkDriver) TryLock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return d.acquire(ctx, key, false)
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, nil, false, mutexRule, nil))
 }
 
 // Lock queues for key and waits until every node before ours is gone.
 func (d *zkDriver) Lock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return d.acquire(ctx, key, true)
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, nil, true, mutexRule, nil))
+}
+
+// asLock returns lk as a driver.Lock, or no Lock at all with an error.
+func asLock(lk *zkLock, err error) (driver.Lock, error) {
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+// rule decides from the children of a queue's directory whether our node (name)
+// holds the lock: watch is "" when it does, else the node whose end may change
+// that; mine is false when our node is not among children.
+type rule func(children []string, name string) (watch string, mine bool, err error)
+
+// mutexRule: the lowest lock node holds; a waiter watches the node just before its
+// own.
+var mutexRule = lowestRule(lockInfix)
+
+// lowestRule: the lowest node named with infix holds (a mutex's "lock-", an
+// election's "latch-"); a waiter watches the node just before its own.
+func lowestRule(infix string) rule {
+	return func(children []string, name string) (string, bool, error) {
+		seq, ok := parseSeqOf(name, infix)
+		if !ok {
+			return "", false, fmt.Errorf("unexpected lock node name %q", name)
+		}
+		pred, mine := predecessor(children, name, seq, infix)
+		return pred, mine, nil
+	}
 }
 
 func (d *zkDriver) Close() error {
@@ -50,9 +81,11 @@ func (d *zkDriver) Close() error {
 	return nil
 }
 
-func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.Lock, error) {
-	dir := LockDir(d.cfg.root, key)
-	path, err := call(ctx, func() (string, error) { return d.create(dir) },
+// acquire queues a node named with infix, holding data, in dir and takes the lock as
+// r decides (waiting for it with wait). check, if not nil, runs once beside the
+// first look at the queue; its error aborts the acquire (a conflict).
+func (d *zkDriver) acquire(ctx context.Context, dir, infix string, data []byte, wait bool, r rule, check func() error) (*zkLock, error) {
+	path, err := call(ctx, func() (string, error) { return d.create(dir, infix, data) },
 		func(path string, err error) { // ctx ended first: undo a create that went through
 			if err == nil {
 				d.discard(path)
@@ -61,7 +94,7 @@ func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.L
 	if err != nil {
 		return nil, err
 	}
-	lk, err := d.queue(ctx, dir, path, wait)
+	lk, err := d.queue(ctx, dir, path, wait, r, check)
 	if err != nil {
 		// Leave nothing behind: delete our node now, or in the background until the
 		// ensemble answers (or the session is gone).
@@ -76,18 +109,18 @@ func (d *zkDriver) acquire(ctx context.Context, key string, wait bool) (driver.L
 	return lk, nil
 }
 
-// create makes our ephemeral sequential node in dir and returns its path. A create
-// whose answer was lost with the connection is looked up by its GUID rather than
-// made twice.
-func (d *zkDriver) create(dir string) (string, error) {
+// create makes our ephemeral sequential node in dir, named with infix and holding
+// data, and returns its path. A create whose answer was lost with the connection is
+// looked up by its GUID rather than made twice.
+func (d *zkDriver) create(dir, infix string, data []byte) (string, error) {
 	var g [16]byte
 	_, _ = rand.Read(g[:])
 	guid := hex.EncodeToString(g[:])
-	prefix := dir + "/" + protectedPrefix + guid + "-" + lockInfix
+	prefix := dir + "/" + protectedPrefix + guid + "-" + infix
 	var err error
 	for range 8 {
 		var path string
-		path, err = d.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, d.cfg.acl)
+		path, err = d.conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, d.cfg.acl)
 		switch {
 		case err == nil:
 			return path, nil
@@ -121,11 +154,17 @@ func (d *zkDriver) create(dir string) (string, error) {
 }
 
 // makeDir creates dir as a container node (ZooKeeper deletes it once its last child
-// is gone), and the root if it is missing.
+// is gone), its parents below the root as containers too, and the root if it is
+// missing.
 func (d *zkDriver) makeDir(dir string) error {
 	_, err := d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
 	if errors.Is(err, zk.ErrNoNode) {
-		if err = makePath(d.conn, d.cfg.root, d.cfg.acl); err != nil {
+		if parent := dir[:strings.LastIndexByte(dir, '/')]; len(parent) > len(d.cfg.root) {
+			err = d.makeDir(parent)
+		} else {
+			err = makePath(d.conn, d.cfg.root, d.cfg.acl)
+		}
+		if err != nil {
 			return err
 		}
 		_, err = d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
@@ -150,13 +189,15 @@ func makePath(conn *zk.Conn, path string, acl []zk.ACL) error {
 	return nil
 }
 
-// queue waits (or, without wait, only checks) until our node at path is the lowest
-// in dir, and returns the held lock.
-func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkLock, error) {
+// queue waits (or, without wait, only checks) until r says our node at path holds
+// the lock, and returns the held lock.
+func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rule, check func() error) (*zkLock, error) {
 	name := path[len(dir)+1:]
-	seq, ok := parseSeq(name)
-	if !ok {
-		return nil, fmt.Errorf("unexpected lock node name %q", name)
+	checked := make(chan error, 1)
+	if check != nil {
+		go func() { checked <- check() }()
+	} else {
+		checked <- nil
 	}
 	// Our own node: its stat (the token, the session) and a watch that reports its
 	// end, asked for while the directory is listed.
@@ -176,6 +217,9 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkL
 	}()
 	var me own
 	haveOwn := false
+	// Children that are named like lock nodes but are not ephemeral: planted (a
+	// persistent node does not end with a session), never a holder.
+	planted := map[string]bool{}
 	for {
 		children, err := call(ctx, func() ([]string, error) {
 			c, _, err := d.conn.Children(dir)
@@ -193,33 +237,77 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkL
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+			select {
+			case err := <-checked:
+				if err != nil {
+					return nil, err
+				}
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-		pred, mine := predecessor(children, name, seq)
+		children = slices.DeleteFunc(children, func(c string) bool { return planted[c] })
+		pred, mine, err := r(children, name)
+		if err != nil {
+			return nil, err
+		}
 		if !mine {
 			return nil, fmt.Errorf("our lock node %s is gone (session expired?)", path)
 		}
 		if pred == "" {
 			return d.hold(path, me.st, me.ev), nil
 		}
-		if !wait {
-			return nil, driver.Busy(0)
-		}
+		// Watch the predecessor (or, for a TryLock, only look at it): its stat says
+		// whether a session owns it. One round trip either way, and a waiter needs it
+		// anyway; a TryLock pays it only when it finds the key held.
 		type watch struct {
-			ok bool
-			ev <-chan zk.Event
+			ok        bool
+			ephemeral bool
+			ev        <-chan zk.Event
 		}
 		w, err := call(ctx, func() (watch, error) {
-			_, _, ev, err := d.conn.GetW(dir + "/" + pred)
+			if pred == watchDir { // any change of the directory's children
+				children, _, ev, err := d.conn.ChildrenW(dir)
+				if err != nil {
+					return watch{}, err
+				}
+				children = slices.DeleteFunc(children, func(c string) bool { return planted[c] })
+				if p, _, err := r(children, name); err != nil || p != watchDir {
+					return watch{}, err // changed already: look again
+				}
+				return watch{ok: true, ephemeral: true, ev: ev}, nil
+			}
+			var st *zk.Stat
+			var ev <-chan zk.Event
+			var err error
+			if wait {
+				_, st, ev, err = d.conn.GetW(dir + "/" + pred)
+			} else {
+				var ok bool
+				ok, st, err = d.conn.Exists(dir + "/" + pred)
+				if err == nil && !ok {
+					err = zk.ErrNoNode
+				}
+			}
 			if errors.Is(err, zk.ErrNoNode) {
 				return watch{}, nil
 			}
-			return watch{ev != nil, ev}, err
+			return watch{ok: err == nil, ephemeral: st != nil && st.EphemeralOwner != 0, ev: ev}, err
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("watch %s: %w", pred, err)
 		}
 		if !w.ok {
 			continue // gone already: look again
+		}
+		if !w.ephemeral {
+			// Not a lock of anyone's: ignore it and look again. (Its watch, if set,
+			// stays registered until the node changes: one buffered event, dropped.)
+			planted[pred] = true
+			continue
+		}
+		if !wait {
+			return nil, driver.Busy(0)
 		}
 		select {
 		case e := <-w.ev:
@@ -242,28 +330,51 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool) (*zkL
 	}
 }
 
-// parseSeq returns the sequence number of a lock node: the digits after the last
-// "lock-", as zk.Lock and Curator read them.
-func parseSeq(name string) (int64, bool) {
-	i := strings.LastIndex(name, lockInfix)
-	if i < 0 {
+// parseSeq returns the sequence number of a lock node of this protocol (see
+// parseSeqOf).
+func parseSeq(name string) (seq int64, ok bool) { return parseSeqOf(name, lockInfix) }
+
+// parseSeqOf returns the sequence number of a node named with infix ("lock-",
+// "latch-"): infix followed by the 10 digits ZooKeeper appends to a sequential
+// node, with or without the protection prefix "_c_<id>-" that dlock, go-zookeeper's
+// zk.Lock (a 32-digit hex id) and Curator (a UUID) put before it. Any other child of
+// the directory is not a node of this protocol: ok is false.
+func parseSeqOf(name, infix string) (seq int64, ok bool) {
+	if len(name) < len(infix)+seqDigits {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(name[i+len(lockInfix):], 10, 64)
+	digits := name[len(name)-seqDigits:]
+	head, ok := strings.CutSuffix(name[:len(name)-seqDigits], infix)
+	if !ok || head != "" && !protected(head) || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
 	return n, err == nil
 }
 
+// protected reports whether head is a protection prefix: "_c_", an id of hex digits
+// and dashes, "-".
+func protected(head string) bool {
+	id, ok := strings.CutPrefix(head, protectedPrefix)
+	id, dash := strings.CutSuffix(id, "-")
+	return ok && dash && id != "" && strings.Trim(id, "0123456789abcdefABCDEF-") == ""
+}
+
+// seqDigits is the width of the sequence number ZooKeeper appends to a sequential
+// node's name.
+const seqDigits = 10
+
 // predecessor returns the child just before ours ("" if ours is the lowest), and
-// whether ours is among children at all. Children that are not lock nodes are
-// ignored.
-func predecessor(children []string, name string, seq int64) (pred string, mine bool) {
+// whether ours is among children at all. Children that are not nodes of this
+// protocol (named with infix), and those found planted, are ignored.
+func predecessor(children []string, name string, seq int64, infix string) (pred string, mine bool) {
 	best := int64(-1 << 63)
 	for _, c := range children {
 		if c == name {
 			mine = true
 			continue
 		}
-		s, ok := parseSeq(c)
+		s, ok := parseSeqOf(c, infix)
 		if ok && s < seq && s > best {
 			best, pred = s, c
 		}

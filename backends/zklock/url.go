@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,37 +13,49 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme this package registers with dlock.Open:
-// zk://host1:2181,host2:2181/root?session_timeout=10s. The path is the root (default
-// DefaultRoot); session_timeout (a Go duration, default DefaultSessionTimeout) is
-// the timeout requested from the ensemble.
+// zk://[user:password@]host1:2181,host2:2181/root?session_timeout=10s. The path is
+// the root (default DefaultRoot); session_timeout (a Go duration, default
+// DefaultSessionTimeout) is the timeout requested from the ensemble. A user and
+// password authenticate the session (ZooKeeper's digest scheme), and the nodes the
+// Locker creates then carry a creator-only ACL (zk.AuthACL(zk.PermAll)): other
+// clients can neither delete nor alter them, nor add children to the lock
+// directories. The TLS parameters (tls, tls_ca, tls_cert, tls_key, tls_server_name;
+// see docs/connecting.md) reach the ensemble's secure client port.
 const Scheme = "zk"
 
 // DefaultSessionTimeout is the session timeout a zk:// URL requests by default.
 const DefaultSessionTimeout = 10 * time.Second
 
 func init() {
-	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare})
+	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare, Inspect: inspect})
 }
 
 // zkURL is a parsed zk:// URL.
 type zkURL struct {
-	hosts   []string
-	root    string
-	timeout time.Duration
+	hosts      []string
+	root       string
+	timeout    time.Duration
+	user, pass string // digest credentials ("" for none)
+	tls        *tls.Config
 }
 
 func parseURL(u *url.URL) (zkURL, error) {
 	var z zkURL
-	q, err := dlock.ParseQuery(u, "session_timeout")
+	q, err := dlock.ParseQuery(u, tlsurl.With("session_timeout")...)
 	if err != nil {
 		return z, err
 	}
 	if u.User != nil {
-		return z, fmt.Errorf("%w: zk:// takes no user information", dlock.ErrInvalidURL)
+		z.user = u.User.Username()
+		var ok bool
+		if z.pass, ok = u.User.Password(); !ok || z.user == "" {
+			return z, fmt.Errorf("%w: zk:// user information must be user:password (ZooKeeper's digest scheme)", dlock.ErrInvalidURL)
+		}
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if h = strings.TrimSpace(h); h != "" {
@@ -67,52 +80,103 @@ func parseURL(u *url.URL) (zkURL, error) {
 		}
 		z.timeout = t
 	}
+	if z.tls, err = tlsurl.Config(q, false); err != nil {
+		return z, err
+	}
 	return z, nil
 }
 
 // declare: fencing by the lock node's creation zxid; locks last as long as the
 // session, which the ensemble ends session_timeout after it last heard from the
 // client (the ensemble may grant a timeout other than the one requested: within
-// 2 and 20 ticks); waiters queue by sequence (FIFO).
+// 2 and 20 ticks); waiters queue by sequence (FIFO). Elections are the same queue in
+// Curator's LeaderLatch layout (election.go); sets of keys are taken key by key
+// (zxid tokens fence each key).
 func declare(u *url.URL) (spec.Capabilities, error) {
 	z, err := parseURL(u)
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true}, nil
+	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true,
+		// Curator's layouts: the semaphore's queue is D/locks (a waiter that finds it
+		// empty may take a permit freed for an earlier one: no order promised); the
+		// read-write lock's nodes are served by sequence, writers first; the
+		// election's are LeaderLatch's latch- nodes.
+		Semaphore: &spec.Primitive{Native: true, Fencing: true},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true},
+		Election:  &spec.Primitive{Native: true, Fencing: true, FIFO: true},
+		MultiKey:  &spec.Primitive{Fencing: true}}, nil
 }
 
-// open connects to the hosts of u, waits for a session, creates the root if it is
-// missing, and returns a Locker that closes the connection on Close.
-func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+// session is a connection opened from a URL, with what it learnt on the way.
+type session struct {
+	z          zkURL
+	conn       *zk.Conn
+	acl        []zk.ACL
+	negotiated func() time.Duration // the session timeout the ensemble granted
+}
+
+// connect connects to the hosts of u (over TLS if it says so), waits for a session,
+// authenticates it if u has credentials, and creates the root if it is missing.
+func connect(ctx context.Context, u *url.URL) (*session, error) {
 	z, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	hosts, root, timeout := z.hosts, z.root, z.timeout
-
 	// The session timeout the ensemble grants may differ from the one requested; read
 	// it from the connect response (protocol version, then the timeout in ms).
 	var negotiated atomic.Int64
 	dial := func(network, addr string, d time.Duration) (net.Conn, error) {
-		c, err := net.DialTimeout(network, addr, d)
+		nd := &net.Dialer{Timeout: d}
+		var c net.Conn
+		var err error
+		if z.tls != nil {
+			c, err = tls.DialWithDialer(nd, network, addr, z.tls)
+		} else {
+			c, err = nd.Dial(network, addr)
+		}
 		if err != nil {
 			return nil, err
 		}
 		return &sniffConn{Conn: c, onTimeout: func(ms int32) { negotiated.Store(int64(ms) * int64(time.Millisecond)) }}, nil
 	}
-	conn, events, err := zk.Connect(hosts, timeout, zk.WithDialer(dial), zk.WithLogger(quiet{}))
+	conn, events, err := zk.Connect(z.hosts, z.timeout, zk.WithDialer(dial), zk.WithLogger(quiet{}))
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper: connect %v: %w", hosts, err)
+		return nil, fmt.Errorf("zookeeper: connect %v: %w", z.hosts, err)
 	}
+	s := &session{z: z, conn: conn, acl: zk.WorldACL(zk.PermAll),
+		negotiated: func() time.Duration { return time.Duration(negotiated.Load()) }}
+	if err := s.setUp(ctx, events); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) setUp(ctx context.Context, events <-chan zk.Event) error {
 	if err := waitSession(ctx, events); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("zookeeper: connect %v: %w", hosts, err)
+		return fmt.Errorf("zookeeper: connect %v: %w", s.z.hosts, err)
 	}
-	if _, err := call(ctx, func() (struct{}, error) { return struct{}{}, makePath(conn, root, zk.WorldACL(zk.PermAll)) }, nil); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("zookeeper: %w", err)
+	if s.z.user != "" {
+		// go-zookeeper sends the credentials again on every reconnection.
+		auth := []byte(s.z.user + ":" + s.z.pass)
+		if _, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.AddAuth("digest", auth) }, nil); err != nil {
+			return fmt.Errorf("zookeeper: authenticate as %q: %w", s.z.user, err)
+		}
+		s.acl = zk.AuthACL(zk.PermAll)
 	}
-	return newLocker(conn, config{root: root, acl: zk.WorldACL(zk.PermAll), timeout: timeout, closeConn: true,
-		negotiated: func() time.Duration { return time.Duration(negotiated.Load()) }}), nil
+	if _, err := call(ctx, func() (struct{}, error) { return struct{}{}, makePath(s.conn, s.z.root, s.acl) }, nil); err != nil {
+		return fmt.Errorf("zookeeper: %w", err)
+	}
+	return nil
+}
+
+// open connects (see connect) and returns a Locker that closes the connection on
+// Close.
+func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
+	s, err := connect(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return newLocker(s.conn, config{root: s.z.root, acl: s.acl, timeout: s.z.timeout, closeConn: true, negotiated: s.negotiated}), nil
 }

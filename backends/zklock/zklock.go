@@ -10,6 +10,11 @@
 // crashes loses its locks when the ensemble expires its session. These are the
 // names and the rule of go-zookeeper's zk.Lock and Apache Curator's
 // InterProcessMutex, so all three exclude each other on the same directory.
+// Children that are not lock nodes of this protocol are ignored: other names, and
+// nodes named like one that no session owns (a persistent node planted there would
+// otherwise block the key for ever). Telling the latter apart costs nothing on the
+// way to a grant — a waiter reads the stat of the node it watches anyway — and one
+// round trip for a TryAcquire that finds the key held.
 //
 // Leases last as long as the session (driver.Info.SessionTTL): TTL options are
 // ignored and Refresh returns errors.ErrUnsupported. Done closes with dlock.ErrLost
@@ -57,7 +62,13 @@ type config struct {
 // otherwise (a programming error). The root is created when missing.
 func WithRoot(root string) Option { return func(c *config) { c.root = root } }
 
-// WithACL sets the ACL of the nodes the Locker creates (default zk.WorldACL(zk.PermAll)).
+// WithACL sets the ACL of the nodes the Locker creates: its lock nodes, the lock
+// directories and the root (default zk.WorldACL(zk.PermAll): any client may delete
+// a holder's node). On a connection authenticated with conn.AddAuth("digest", …),
+// zk.AuthACL(zk.PermAll) gives them to that identity alone, as a zk:// URL with
+// user:password does: ZooKeeper checks a delete against the parent's ACL, so a
+// creator-only lock directory keeps other clients from deleting lock nodes in it or
+// planting children. A root or directory that already exists keeps its own ACL.
 func WithACL(acl []zk.ACL) Option { return func(c *config) { c.acl = acl } }
 
 // WithSessionTimeout tells the Locker the session timeout its connection negotiated

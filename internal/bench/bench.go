@@ -1,7 +1,7 @@
 // Package bench measures every dlock backend and every peer (the lock libraries
 // people use today, package peers) in one process, against one set of real servers
 // started by internal/servers: one Redis, five independent Redis masters, MariaDB,
-// ZooKeeper and an embedded etcd. It is what `dlock bench` prints and what
+// ZooKeeper and one etcd member in a process of its own. It is what `dlock bench` prints and what
 // `go test -bench . ./internal/bench` runs.
 //
 // For each target it measures (package measure holds the measurements):
@@ -9,21 +9,27 @@
 //     round trips of its store (SET NX PX + DEL, INSERT + DELETE, …), and the ratio;
 //   - contended hand-offs per second with Config.Clients clients on one key, the
 //     longest and mean wait and Jain's fairness index over the clients;
+//   - the same with Config.Waiters clients (8, 32, 100), and the requests the store's
+//     servers counted per hand-off: whether waiting costs grow with the waiters;
 //   - many-keys throughput, Config.ManyClients clients cycling over Config.Keys keys;
 //   - the time another client waits for the lock after its holder vanished (its
 //     links cut through servers.Proxy, never released), with the TTL or session
 //     timeout that frees it;
-//   - heap allocations per acquire+release cycle (whole-process counts: the embedded
-//     etcd server's allocations are in etcd's numbers; compare with the raw row).
+//   - heap allocations per acquire+release cycle (whole-process counts: compare with
+//     the raw row).
 //
-// Absolute times depend on the machine and its load; only ratios from one run mean
-// anything, and on a shared machine even they move by several percent between runs.
-// Nothing here asserts a speed.
+// The uncontended and contended measurements run Config.Repeat times; rows show the
+// median repetition and the checks (the issue's targets) the median ratio. A run
+// starts only below a load average limit (Config.MaxLoad) unless forced, and records
+// the load before and after. Absolute times depend on the machine and its load; only
+// ratios from one run mean anything. Nothing here asserts a speed.
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -46,10 +52,13 @@ const (
 	MManyKeys    Measurement = "manykeys"
 	MCrash       Measurement = "crash"
 	MAllocs      Measurement = "allocs"
+	MElection    Measurement = "election" // an election's failover after its leader crashed (election_multi.go)
+	MMultiKey    Measurement = "multikey" // 4 keys at once against 4 single leases (election_multi.go)
+	MScaling     Measurement = "scaling"  // hand-offs/s and store requests per hand-off with 8, 32, 100 waiters (scaling.go)
 )
 
 // Measurements lists every Measurement.
-var Measurements = []Measurement{MUncontended, MContended, MManyKeys, MCrash, MAllocs}
+var Measurements = []Measurement{MUncontended, MContended, MScaling, MManyKeys, MCrash, MAllocs, MElection, MMultiKey}
 
 // Config says what Run measures and for how long. Zero fields take the defaults
 // (DefaultConfig).
@@ -76,6 +85,19 @@ type Config struct {
 	CrashTimeout time.Duration
 	// TTL is the lease TTL (session timeout) of every other measurement.
 	TTL time.Duration
+	// Repeat is how many times the uncontended and contended measurements run (each
+	// repetition across every target before the next); the rows show the repetition
+	// with the median, and the checks use the median of the repetitions' ratios.
+	Repeat int
+	// Waiters are the numbers of clients of the scaling measurement, fewest first.
+	Waiters []int
+	// MaxLoad: the run waits up to QuietWait for the one-minute load average to drop
+	// below MaxLoad, then refuses to run (ErrBusy) unless ForceAfterWait is set (it
+	// then measures, the results marked not quiet). Force measures at once.
+	MaxLoad        float64
+	QuietWait      time.Duration
+	Force          bool
+	ForceAfterWait bool
 }
 
 // DefaultConfig is the configuration of `dlock bench` without flags.
@@ -83,6 +105,7 @@ var DefaultConfig = Config{
 	Duration: 3 * time.Second, Clients: 8, ManyClients: 64, Keys: 1000,
 	Rounds: 1000, Warmup: 20, AllocCycles: 200,
 	CrashTrials: 3, CrashTimeout: 2 * time.Second, TTL: 10 * time.Second,
+	Repeat: 3, Waiters: DefaultWaiters, MaxLoad: DefaultMaxLoad, QuietWait: 3 * time.Minute,
 }
 
 func (c Config) withDefaults() Config {
@@ -111,6 +134,18 @@ func (c Config) withDefaults() Config {
 	set(&c.CrashTrials, d.CrashTrials)
 	setD(&c.CrashTimeout, d.CrashTimeout)
 	setD(&c.TTL, d.TTL)
+	set(&c.Repeat, d.Repeat)
+	if len(c.Waiters) == 0 {
+		c.Waiters = d.Waiters
+	}
+	if c.MaxLoad <= 0 {
+		c.MaxLoad = d.MaxLoad
+	}
+	if c.QuietWait < 0 {
+		c.QuietWait = 0
+	} else if c.QuietWait == 0 {
+		c.QuietWait = d.QuietWait
+	}
 	return c
 }
 
@@ -174,6 +209,9 @@ type Results struct {
 	// targets it is compared with.
 	Rows   []Row
 	Checks []Check
+	// Load is the load average before and after the run, and the limit it started
+	// under (or that it was forced past).
+	Load Load
 }
 
 // Machine describes where the run happened.
@@ -182,8 +220,8 @@ type Machine struct {
 	CPU        string
 	GoVersion  string
 	OS, Arch   string
-	LoadBefore string // /proc/loadavg when the run started
-	LoadAfter  string // and when it ended
+	LoadBefore string // /proc/loadavg when the measurements started
+	LoadAfter  string // and when they ended
 }
 
 // Row is the measurements of one target (or raw baseline). A measurement that was
@@ -200,10 +238,25 @@ type Row struct {
 	ManyKeys    *measure.Throughput `json:",omitempty"`
 	Crash       *Crash              `json:",omitempty"`
 	Allocs      *Allocs             `json:",omitempty"`
+	Election    *Crash              `json:",omitempty"` // the crash measurement on an election's candidates
+	MultiKey    *MultiKey           `json:",omitempty"`
+	Primitives  *Primitives         `json:",omitempty"` // semaphores and read-write locks (primitives.go)
+	Scaling     *Scaling            `json:",omitempty"` // contended with Config.Waiters clients (scaling.go)
+	// Repeats holds each repetition's figures (Config.Repeat): Uncontended and
+	// Contended above are the repetition with the median.
+	Repeats *Repeats `json:",omitempty"`
 
 	// Skipped says why nothing was measured (a server that could not be started).
 	Skipped string   `json:",omitempty"`
 	Errors  []string `json:",omitempty"`
+}
+
+// Repeats are one row's figures in each repetition, in order.
+type Repeats struct {
+	P50          []time.Duration `json:",omitempty"` // uncontended p50
+	RawRatio     []float64       `json:",omitempty"` // uncontended p50 / the baseline's in the same repetition
+	TransferRate []float64       `json:",omitempty"` // contended hand-offs/s
+	MaxOverMean  []float64       `json:",omitempty"` // contended longest wait / mean wait
 }
 
 // Crash is the outcome of the vanished-holder measurement.
@@ -269,6 +322,12 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Results, erro
 			stores = append(stores, t.Store)
 		}
 	}
+	load, err := waitQuiet(ctx, cfg.MaxLoad, cfg.QuietWait, cfg.Force, cfg.ForceAfterWait, progress)
+	res.Load = load
+	res.Machine.LoadBefore = load.Before
+	if err != nil {
+		return res, err
+	}
 	progress(fmt.Sprintf("starting servers: %v", stores))
 	e := newEnv()
 	e.start(ctx, stores...)
@@ -277,6 +336,8 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Results, erro
 	res.Checks = checks(res)
 	res.Elapsed = time.Since(res.Started)
 	res.Machine.LoadAfter = loadavg()
+	res.Load.After = res.Machine.LoadAfter
+	progress(fmt.Sprintf("load average %s before, %s after", res.Load.Before, res.Load.After))
 	return res, err
 }
 
@@ -327,6 +388,12 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 	}
 	targets = live(targets)
 
+	reps := func(r *Row) *Repeats {
+		if r.Repeats == nil {
+			r.Repeats = &Repeats{}
+		}
+		return r.Repeats
+	}
 	if !cfg.skips(MUncontended) {
 		// One interleaved group per baseline (targets without one run alone).
 		var groups [][]Target
@@ -340,42 +407,102 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 			}
 			groups[g] = append(groups[g], t)
 		}
-		for _, g := range groups {
-			var base *baseline
-			if b, ok := bases[g[0].Baseline]; ok {
-				base = &b
-			}
-			progress(fmt.Sprintf("uncontended: %s", strings.Join(targetNames(g), ", ")))
-			raw, lats, errs, err := uncontended(ctx, e.ep, base, g, cfg.TTL, cfg.Warmup, cfg.Rounds)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if err != nil && base != nil {
-				fail(rows[base.Name], MUncontended, err)
-				for _, t := range g {
-					fail(rows[t.Name], MUncontended, fmt.Errorf("baseline failed"))
+		lats := map[string][]measure.Latency{} // per row, one per repetition
+		failed := map[string]bool{}            // rows whose measurement failed: not asked again
+		for rep := range cfg.Repeat {
+			for _, g := range groups {
+				var base *baseline
+				if b, ok := bases[g[0].Baseline]; ok {
+					base = &b
 				}
-				continue
-			}
-			if base != nil {
-				rows[base.Name].Uncontended = &raw
-				progress(fmt.Sprintf("%-20s uncontended %v", base.Name, raw))
-			}
-			for i, t := range g {
-				r := rows[t.Name]
-				if errs[i] != nil {
-					fail(r, MUncontended, errs[i])
+				if base != nil && failed[base.Name] {
 					continue
 				}
-				r.Uncontended = &lats[i]
-				if base != nil && raw.P50 > 0 {
-					r.RawRatio = float64(lats[i].P50) / float64(raw.P50)
+				g = slices.DeleteFunc(slices.Clone(g), func(t Target) bool { return failed[t.Name] })
+				if len(g) == 0 {
+					continue
+				}
+				progress(fmt.Sprintf("uncontended (%d/%d): %s", rep+1, cfg.Repeat, strings.Join(targetNames(g), ", ")))
+				raw, ls, errs, err := uncontended(ctx, e.ep, base, g, cfg.TTL, cfg.Warmup, cfg.Rounds)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if err != nil && base != nil {
+					fail(rows[base.Name], MUncontended, err)
+					failed[base.Name] = true
+					for _, t := range g {
+						fail(rows[t.Name], MUncontended, fmt.Errorf("baseline failed"))
+						failed[t.Name] = true
+					}
+					continue
 				}
 				if base != nil {
-					progress(fmt.Sprintf("%-20s uncontended %v (%.2f× raw)", t.Name, lats[i], r.RawRatio))
-				} else {
-					progress(fmt.Sprintf("%-20s uncontended %v", t.Name, lats[i]))
+					lats[base.Name] = append(lats[base.Name], raw)
+					reps(rows[base.Name]).P50 = append(reps(rows[base.Name]).P50, raw.P50)
 				}
+				for i, t := range g {
+					r := rows[t.Name]
+					if errs[i] != nil {
+						fail(r, MUncontended, errs[i])
+						failed[t.Name] = true
+						continue
+					}
+					lats[t.Name] = append(lats[t.Name], ls[i])
+					reps(r).P50 = append(reps(r).P50, ls[i].P50)
+					if base != nil && raw.P50 > 0 {
+						reps(r).RawRatio = append(reps(r).RawRatio, float64(ls[i].P50)/float64(raw.P50))
+					}
+				}
+			}
+		}
+		// Each row shows its median repetition: by the ratio to its baseline where
+		// it has one, else by p50.
+		for _, n := range order {
+			r, ls := rows[n], lats[n]
+			if len(ls) == 0 || failed[n] {
+				continue
+			}
+			i := medianIndex(len(ls), func(i int) float64 { return float64(ls[i].P50) })
+			if rr := r.Repeats.RawRatio; len(rr) == len(ls) {
+				i = medianIndex(len(rr), func(i int) float64 { return rr[i] })
+				r.RawRatio = rr[i]
+			}
+			r.Uncontended = &ls[i]
+			if r.RawRatio > 0 {
+				progress(fmt.Sprintf("%-20s uncontended %v (%.2f× raw, median of %d)", n, ls[i], r.RawRatio, len(ls)))
+			} else {
+				progress(fmt.Sprintf("%-20s uncontended %v (median of %d)", n, ls[i], len(ls)))
+			}
+		}
+	}
+	if !cfg.skips(MContended) {
+		cs := map[string][]measure.Contention{}
+		for rep := range cfg.Repeat {
+			for _, t := range targets {
+				r := rows[t.Name]
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if rep > 0 && len(cs[t.Name]) < rep {
+					continue // failed in an earlier repetition
+				}
+				mctx, cancel := context.WithTimeout(ctx, 3*cfg.Duration+2*time.Minute)
+				c, err := contended(mctx, e.ep, t, cfg.TTL, cfg.Clients, cfg.Duration)
+				cancel()
+				if err != nil {
+					fail(r, MContended, err)
+					continue
+				}
+				cs[t.Name] = append(cs[t.Name], c)
+				reps(r).TransferRate = append(reps(r).TransferRate, c.TransferRate)
+				reps(r).MaxOverMean = append(reps(r).MaxOverMean, c.MaxOverMean())
+				progress(fmt.Sprintf("%-20s contended (%d/%d) %s", t.Name, rep+1, cfg.Repeat, c))
+			}
+		}
+		for _, t := range targets {
+			if c := cs[t.Name]; len(c) == cfg.Repeat {
+				i := medianIndex(len(c), func(i int) float64 { return c[i].TransferRate })
+				rows[t.Name].Contended = &c[i]
 			}
 		}
 	}
@@ -394,12 +521,12 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 			}
 			progress(fmt.Sprintf("%-20s %s %s", t.Name, m, s))
 		}
-		step(MContended, func(ctx context.Context) (string, error) {
-			c, err := contended(ctx, e.ep, t, cfg.TTL, cfg.Clients, cfg.Duration)
+		step(MScaling, func(ctx context.Context) (string, error) {
+			sc, err := scaling(ctx, e, t, cfg.TTL, cfg.Waiters, cfg.Duration)
 			if err == nil {
-				r.Contended = &c
+				r.Scaling = sc
 			}
-			return c.String(), err
+			return sc.String(), err
 		})
 		step(MManyKeys, func(ctx context.Context) (string, error) {
 			tp, err := manyKeys(ctx, e.ep, t, cfg.TTL, cfg.ManyClients, cfg.Keys, cfg.Duration)
@@ -424,6 +551,36 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 			}
 			return fmt.Sprintf("%.1f allocs, %.0f B per cycle", a.PerCycle, a.BytesPerCycle), err
 		})
+		if t.CrashNote != nil && t.Kind == Backend && !cfg.skips(MElection) && ctx.Err() == nil {
+			if ok, err := hasElection(ctx, e.ep, t, cfg.TTL); err != nil {
+				fail(r, MElection, err)
+			} else if ok {
+				step(MElection, func(ctx context.Context) (string, error) {
+					c, err := electionFailover(ctx, e, t, cfg.CrashTimeout, cfg.CrashTrials)
+					if err == nil {
+						r.Election = &c
+					}
+					return fmt.Sprintf("leader replaced p50 %v max %v (%s)", c.P50, c.Max, c.Timeout), err
+				})
+			}
+		}
+		if t.Kind == Backend {
+			step(MMultiKey, func(ctx context.Context) (string, error) {
+				m, err := multiKey(ctx, e.ep, t, cfg.TTL, cfg.Warmup, cfg.Rounds/4)
+				if err == nil {
+					r.MultiKey = &m
+				}
+				return fmt.Sprintf("%d keys at once p50 %v, %d single leases p50 %v (%.2f×)", setSize, m.Set.P50, setSize, m.Singles.P50, m.Ratio), err
+			})
+			step(MPrimitives, func(ctx context.Context) (string, error) {
+				p, err := primitives(ctx, e.ep, t, cfg.TTL, cfg.Warmup, cfg.Rounds/4, cfg.Duration)
+				r.Primitives = p
+				if errors.Is(err, errors.ErrUnsupported) {
+					return "no primitives", nil
+				}
+				return p.String(), err
+			})
+		}
 		if b, ok := bases[t.Baseline]; ok && rows[b.Name].Allocs == nil && !cfg.skips(MAllocs) && ctx.Err() == nil {
 			a, err := rawAllocs(ctx, e.ep, b, 10, cfg.AllocCycles)
 			if err != nil {
@@ -437,7 +594,7 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 }
 
 func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, LoadBefore: loadavg()}
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -449,12 +606,22 @@ func machine() Machine {
 	return m
 }
 
-// loadavg is the first three fields of /proc/loadavg ("" where there is none).
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
+// medianIndex returns the index of the median of n values (the lower one of the two
+// middle values when n is even).
+func medianIndex(n int, v func(int) float64) int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
 	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(v(a), v(b)) })
+	return idx[(n-1)/2]
+}
+
+// median is the median of vs (the lower middle value when there are an even number),
+// 0 for none.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	return vs[medianIndex(len(vs), func(i int) float64 { return vs[i] })]
 }

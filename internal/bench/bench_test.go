@@ -3,7 +3,11 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +23,7 @@ import (
 // TestMain stops the servers the tests and benchmarks started, then checks that no
 // goroutine is left.
 func TestMain(m *testing.M) {
+	servers.EtcdMemberMain() // the etcd member processes the benchmarks start run this binary
 	code := m.Run()
 	shared.Lock()
 	if shared.e != nil {
@@ -33,10 +38,15 @@ func TestMain(m *testing.M) {
 var tiny = Config{
 	Duration: 150 * time.Millisecond, Clients: 3, ManyClients: 4, Keys: 20,
 	Rounds: 5, Warmup: 1, AllocCycles: 5, CrashTrials: 1, CrashTimeout: time.Second,
+	Repeat: 2, Waiters: []int{2, 4},
+	Force: true, // a smoke test runs on whatever machine it gets
 }
 
 // TestRunSmoke runs every measurement of every target briefly through Run and checks
 // that each produced its numbers without errors, and that the report holds them.
+// withPrimitives are the targets that have semaphores (and maybe read-write locks).
+var withPrimitives = []string{"mem", "redis", "redlock(5)", "mysql", "mysql+getlock", "zk", "etcd"}
+
 func TestRunSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -71,8 +81,23 @@ func TestRunSmoke(t *testing.T) {
 		if r.Kind != Raw && (r.Contended == nil || r.ManyKeys == nil || r.Contended.Handoffs == 0 || r.ManyKeys.Ops == 0) {
 			t.Errorf("%s: missing contended or many-keys numbers: %+v", r.Name, r)
 		}
+		if r.Repeats == nil || len(r.Repeats.P50) != tiny.Repeat || r.Kind != Raw && len(r.Repeats.TransferRate) != tiny.Repeat {
+			t.Errorf("%s: not every repetition measured: %+v", r.Name, r.Repeats)
+		}
+		if r.Kind != Raw {
+			// The store's request counter must move: every store here counts requests.
+			if s := r.Scaling; s == nil || len(s.Points) != len(tiny.Waiters) || r.Store != Memory && (s.Points[0].Requests <= 0 || s.Points[1].PerHandoff <= 0) {
+				t.Errorf("%s: missing scaling numbers or store request counts: %+v", r.Name, s)
+			}
+		}
 		if r.Kind != Raw && r.Store != Memory && (r.Crash == nil || len(r.Crash.Trials) != tiny.CrashTrials) {
 			t.Errorf("%s: missing crash numbers: %+v", r.Name, r.Crash)
+		}
+		if r.Kind == Backend && (r.MultiKey == nil || r.MultiKey.Set.N == 0 || r.MultiKey.Ratio <= 0) {
+			t.Errorf("%s: missing multi-key numbers: %+v", r.Name, r.MultiKey)
+		}
+		if elects := map[string]bool{"redis": true, "mysql": true, "zk": true, "etcd": true}; elects[r.Name] && (r.Election == nil || len(r.Election.Trials) != tiny.CrashTrials) {
+			t.Errorf("%s: missing election failover numbers: %+v", r.Name, r.Election)
 		}
 		if r.Baseline != "" && r.RawRatio <= 0 {
 			t.Errorf("%s: no ratio to %s", r.Name, r.Baseline)
@@ -80,6 +105,12 @@ func TestRunSmoke(t *testing.T) {
 		if !strings.Contains(md, "| "+mdEscape(r.Name)+" |") {
 			t.Errorf("Markdown has no row for %s", r.Name)
 		}
+		if p := r.Primitives; slices.Contains(withPrimitives, r.Name) && (p == nil || p.Semaphore == nil || p.PermitsPerSec <= 0 || p.ReadLock && p.SharedPerSec <= 0) {
+			t.Errorf("%s: missing the primitives' numbers: %+v", r.Name, p)
+		}
+	}
+	if !strings.Contains(md, "semaphore ÷ mutex") {
+		t.Error("Markdown has no table of the primitives")
 	}
 	// The cut must reach the holder's connections: GET_LOCK frees the lock as soon as
 	// its connection closes, long before the timeout (without the cut the waiter
@@ -91,8 +122,14 @@ func TestRunSmoke(t *testing.T) {
 	if r := res.Row("redis"); r != nil && r.Crash != nil && r.Crash.P50 < tiny.CrashTimeout-crashHold-50*time.Millisecond {
 		t.Errorf("redis: waiter got the lock %v after the cut, before the TTL %v ran out", r.Crash.P50, tiny.CrashTimeout)
 	}
-	if len(res.Checks) < 6 {
-		t.Errorf("%d checks, want the 6 ratios and one wait check per backend", len(res.Checks))
+	if len(res.Checks) < 11 {
+		t.Errorf("%d checks, want the 11 ratios and the wait and scaling checks of each backend", len(res.Checks))
+	}
+	if !res.Load.Forced && !res.Load.Quiet() || res.Load.Before == "" || res.Load.After == "" {
+		t.Errorf("load not recorded: %+v", res.Load)
+	}
+	if !strings.Contains(md, "Waiters on one key") || !strings.Contains(md, "at the start") {
+		t.Error("Markdown has no scaling table or load sentence")
 	}
 	js, err := res.JSON()
 	if err != nil {
@@ -122,41 +159,91 @@ func TestSelect(t *testing.T) {
 }
 
 func TestChecks(t *testing.T) {
-	lat := func(p50 time.Duration) *measure.Latency { return &measure.Latency{N: 1, P50: p50} }
+	ns := func(ds ...time.Duration) []time.Duration { return ds }
 	res := &Results{Rows: []Row{
-		{Name: "redis", Kind: Backend, Uncontended: lat(105)},
-		{Name: "bsm/redislock", Kind: Peer, Uncontended: lat(100)},
-		{Name: "etcd", Kind: Backend, Uncontended: lat(106), Contended: &measure.Contention{TransferRate: 300, Wait: measure.Latency{Mean: 10, Max: 101}}},
-		{Name: "etcd-mutex", Kind: Peer, Uncontended: lat(100), Contended: &measure.Contention{TransferRate: 100}},
-		{Name: "zk", Kind: Backend, Uncontended: lat(100)},
+		// Paired by repetition: 105/100, 120/100, 100/100 → median 1.05.
+		{Name: "redis", Kind: Backend, Repeats: &Repeats{P50: ns(105, 120, 100), RawRatio: []float64{1.2, 1.0, 1.1}}},
+		{Name: "bsm/redislock", Kind: Peer, Repeats: &Repeats{P50: ns(100, 100, 100)}},
+		{Name: "etcd", Kind: Backend, Repeats: &Repeats{P50: ns(106, 106, 106), TransferRate: []float64{300, 100, 600}, MaxOverMean: []float64{10.1, 3, 11}},
+			Scaling: &Scaling{Points: []ScalePoint{{Waiters: 8, TransferRate: 100, PerHandoff: 10}, {Waiters: 100, TransferRate: 49, PerHandoff: 15}}}},
+		{Name: "etcd-mutex", Kind: Peer, Repeats: &Repeats{P50: ns(100, 100, 100), TransferRate: []float64{100, 100, 100}}},
+		{Name: "zk", Kind: Backend, Repeats: &Repeats{P50: ns(100)}},
 		{Name: "redsync(5)", Kind: Peer, Errors: []string{"uncontended: failed"}},
+		{Name: "redis+setnx/getset", Kind: Backend, Repeats: &Repeats{MaxOverMean: []float64{500}}},
 	}}
 	got := map[string]Check{}
 	for _, c := range checks(res) {
-		got[strings.Fields(c.Claim)[0]+" "+strings.Fields(c.Claim)[1]] = c
-	}
-	if c, ok := got["mysql ≤"]; ok {
-		t.Errorf("check of targets that were not selected reported: %+v", c)
+		got[c.Claim] = c
 	}
 	for claim, want := range map[string]struct {
 		met     bool
 		missing string
+		value   float64
 	}{
-		"redis ≤":       {met: true},  // exactly at the limit
-		"etcd ≤":        {met: false}, // 1.06 > 1.05
-		"etcd ≥":        {met: true},  // exactly 3×
-		"zk ≤":          {missing: "zk.Lock"},
-		"redlock(5) ≤":  {missing: "redlock(5)"},
-		"etcd: longest": {met: false}, // 10.1× the mean
+		"redis ≤ 1.05× bsm/redislock (uncontended p50)":                           {met: true, value: 1.05}, // the median, exactly at the limit
+		"redis ≤ 1.1× raw SET NX PX + DEL (uncontended p50)":                      {met: true, value: 1.1},
+		"etcd ≤ 1.05× etcd-mutex (uncontended p50)":                               {met: false, value: 1.06},
+		"etcd ≥ 3× etcd-mutex (contended hand-offs/s)":                            {met: true, value: 3}, // median of 3, 1, 6
+		"zk ≤ 1.0× zk.Lock (uncontended p50)":                                     {missing: "zk.Lock"},
+		"redlock(5) ≤ 1.0× redsync(5) (uncontended p50)":                          {missing: "redlock(5)"},
+		"etcd: longest wait ≤ 10× mean wait (8 clients)":                          {met: false, value: 10.1},
+		"etcd: hand-offs/s with 100 waiters ≥ 0.5× with 8":                        {met: false, value: 0.49},
+		"etcd: store requests per hand-off with 100 waiters ≤ 1.5× with 8 (flat)": {met: true, value: 1.5},
 	} {
 		c, ok := got[claim]
 		if !ok {
-			t.Errorf("no check %q in %v", claim, got)
+			t.Errorf("no check %q", claim)
 			continue
 		}
-		if c.Met != want.met || c.Missing != want.missing {
-			t.Errorf("%s: met %v missing %q (value %.3f); want met %v missing %q", c.Claim, c.Met, c.Missing, c.Value, want.met, want.missing)
+		if c.Met != want.met || c.Missing != want.missing || want.missing == "" && math.Abs(c.Value-want.value) > 1e-9 {
+			t.Errorf("%s: met %v missing %q value %.3f; want met %v missing %q value %.3f", c.Claim, c.Met, c.Missing, c.Value, want.met, want.missing, want.value)
 		}
+	}
+	for claim := range got {
+		if strings.HasPrefix(claim, "mysql") || strings.HasPrefix(claim, "redis+setnx") {
+			t.Errorf("check reported for a target not selected, or for a study variant: %q", claim)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestWaitQuiet: a run below its limit goes ahead at once; above it, it waits, then
+// refuses with ErrBusy, unless forced — and a forced run is never called quiet.
+func TestWaitQuiet(t *testing.T) {
+	if loadavg() == "" {
+		t.Skip("no /proc/loadavg")
+	}
+	nop := func(string) {}
+	l, err := waitQuiet(context.Background(), 1e6, time.Minute, false, false, nop)
+	if err != nil || !l.Quiet() || l.Forced {
+		t.Fatalf("below the limit: %+v, %v; want quiet", l, err)
+	}
+	start := time.Now()
+	l, err = waitQuiet(context.Background(), 1e-9, 50*time.Millisecond, false, false, nop)
+	if !errors.Is(err, ErrBusy) || l.Quiet() || time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("above the limit: %+v, %v after %v; want ErrBusy after waiting 50ms", l, err, time.Since(start))
+	}
+	if !strings.Contains(err.Error(), l.Before) {
+		t.Errorf("ErrBusy does not say the load: %v", err)
+	}
+	l, err = waitQuiet(context.Background(), 1e-9, time.Hour, true, false, nop)
+	if err != nil || !l.Forced || l.Quiet() || !strings.Contains(l.Sentence(), "NOT QUIET") {
+		t.Fatalf("forced: %+v, %v; want a forced run at once, marked not quiet", l, err)
+	}
+	start = time.Now()
+	l, err = waitQuiet(context.Background(), 1e-9, 50*time.Millisecond, false, true, nop)
+	if err != nil || !l.Forced || time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("forced after waiting: %+v, %v after %v; want a run marked not quiet after 50ms", l, err, time.Since(start))
 	}
 }
 
@@ -236,14 +323,18 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 			res := &Results{}
 			if base != nil {
-				res.Rows = append(res.Rows, Row{Name: base.Name, Kind: Raw, Uncontended: &raw})
+				res.Rows = append(res.Rows, Row{Name: base.Name, Kind: Raw, Uncontended: &raw, Repeats: &Repeats{P50: []time.Duration{raw.P50}}})
 				b.ReportMetric(float64(raw.P50.Microseconds()), "raw-p50-µs")
 			}
 			for i, t := range ts {
 				if errs[i] != nil {
 					b.Fatalf("%s: %v", t.Name, errs[i])
 				}
-				res.Rows = append(res.Rows, Row{Name: t.Name, Kind: t.Kind, Uncontended: &lats[i]})
+				row := Row{Name: t.Name, Kind: t.Kind, Uncontended: &lats[i], Repeats: &Repeats{P50: []time.Duration{lats[i].P50}}}
+				if base != nil {
+					row.Repeats.RawRatio = []float64{float64(lats[i].P50) / float64(raw.P50)}
+				}
+				res.Rows = append(res.Rows, row)
 				b.ReportMetric(float64(lats[i].P50.Microseconds()), slug(t.Name)+"-p50-µs")
 				b.ReportMetric(float64(lats[i].P99.Microseconds()), slug(t.Name)+"-p99-µs")
 				if base != nil {
@@ -258,7 +349,7 @@ func BenchmarkUncontended(b *testing.B) {
 // reportChecks reports, as metrics, the ratios that res has both sides of.
 func reportChecks(b *testing.B, res *Results) {
 	for _, c := range checks(res) {
-		if c.Missing == "" && !strings.Contains(c.Claim, "longest wait") {
+		if c.Missing == "" && !strings.Contains(c.Claim, ": ") {
 			b.ReportMetric(c.Value, "check:"+strings.ReplaceAll(strings.Fields(c.Claim)[0]+"/"+strings.Fields(c.Claim)[3], " ", ""))
 			b.Logf("%s: %.2f (met: %v)", c.Claim, c.Value, c.Met)
 		}
@@ -283,6 +374,30 @@ func BenchmarkContended(b *testing.B) {
 			b.ReportMetric(float64(r.Wait.Max.Microseconds()), "max-wait-µs")
 			b.ReportMetric(r.MaxOverMean(), "max/mean-wait")
 			b.ReportMetric(r.Jain, "jain")
+		}
+	})
+}
+
+// BenchmarkScaling runs the contended measurement of each target with
+// DefaultWaiters clients in turn and reports hand-offs/s and the store's requests
+// per hand-off for each:
+//
+//	go test -run '^$' -bench Scaling ./internal/bench
+func BenchmarkScaling(b *testing.B) {
+	c := DefaultConfig
+	eachTarget(b, func(b *testing.B, e *env, t Target) {
+		for b.Loop() {
+			s, err := scaling(context.Background(), e, t, c.TTL, c.Waiters, c.Duration)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Log(s)
+			for _, p := range s.Points {
+				b.ReportMetric(p.TransferRate, fmt.Sprintf("handoffs/s@%d", p.Waiters))
+				if p.PerHandoff > 0 {
+					b.ReportMetric(p.PerHandoff, fmt.Sprintf("requests/handoff@%d", p.Waiters))
+				}
+			}
 		}
 	})
 }

@@ -117,11 +117,17 @@ func (e *env) start(ctx context.Context, stores ...Store) {
 		return err
 	})
 	start(Etcd, func() error {
-		s, err := servers.SharedEtcd(ctx)
-		if err == nil {
-			e.ep.Etcd = s.Endpoints()
+		// A member in a process of its own, with its data on disk, as users run
+		// etcd: an embedded one would share this process's CPU scheduling, and its
+		// heap (the keyspace's history grows with every grant) would be counted in
+		// the soak's.
+		c, err := servers.StartEtcdCluster(ctx, 1)
+		if err != nil {
+			return err
 		}
-		return err
+		onClose(func() { _ = c.Close() })
+		e.ep.Etcd = c.Endpoints()
+		return nil
 	})
 	wg.Wait()
 }

@@ -53,7 +53,7 @@ const (
 	Redis5    Store = "redis5"    // five independent Redis masters
 	MySQL     Store = "mysql"     // one MariaDB/MySQL, a fresh database per run
 	ZooKeeper Store = "zookeeper" // one standalone ZooKeeper
-	Etcd      Store = "etcd"      // one etcd member (embedded in this process)
+	Etcd      Store = "etcd"      // one etcd member, a process of its own (servers.StartEtcdCluster)
 )
 
 // Endpoints are the addresses of one set of servers. A crash measurement builds a
@@ -181,6 +181,7 @@ func Targets() []Target {
 				return memlock.New(memlock.WithStore(ep.Mem)), nil
 			}},
 		{Name: "redis", Kind: Backend, Store: Redis, Baseline: rawRedis, Open: redisURL("redis", ""), CrashNote: ttlNote("TTL")},
+		{Name: "redis fifo", Kind: Backend, Store: Redis, Baseline: rawRedis, Open: redisURL("redis", "fifo=true"), CrashNote: ttlNote("TTL")},
 		{Name: "redis+setnx/getset", Kind: Backend, Store: Redis, Baseline: rawRedis, Open: redisURL("redis+setnx", "variant=getset"), CrashNote: ttlNote("TTL")},
 		{Name: "redis+setnx/expire", Kind: Backend, Store: Redis, Baseline: rawRedis, Open: redisURL("redis+setnx", "variant=expire"), CrashNote: ttlNote("TTL")},
 		{Name: "bsm/redislock", Kind: Peer, Store: Redis, Baseline: rawRedis, CrashNote: ttlNote("TTL"),
@@ -203,6 +204,10 @@ func Targets() []Target {
 		{Name: "mysql", Kind: Backend, Store: MySQL, Baseline: rawMySQL, CrashNote: ttlNote("TTL"),
 			Open: func(ctx context.Context, ep Endpoints, _ time.Duration) (dlock.Locker, error) {
 				return open(ep.mysqlURL("mysql", ""))(ctx)
+			}},
+		{Name: "mysql fifo", Kind: Backend, Store: MySQL, Baseline: rawMySQL, CrashNote: ttlNote("TTL"),
+			Open: func(ctx context.Context, ep Endpoints, _ time.Duration) (dlock.Locker, error) {
+				return open(ep.mysqlURL("mysql", "fifo=true"))(ctx)
 			}},
 		{Name: "mysql+getlock", Kind: Backend, Store: MySQL, Baseline: rawGetLock,
 			CrashNote: func(time.Duration) string { return "connection closed" },

@@ -49,8 +49,13 @@ var (
 
 // Render renders the region NAME from r:
 //
-//	matrix:conformance, matrix:primitives, matrix:faults   a matrix and its legend
+//	matrix:conformance, matrix:faults                      a matrix and its legend;
+//	matrix:semaphore, matrix:semaphore-faults, …           a family's (spec.Families);
+//	matrix:WHICH:PREFIX                                    …of the backends named PREFIX…
 //	speed                                                  the speed table
+//	speed:WORD,WORD                                        …its columns named with a WORD
+//	scaling                                                hand-offs/s and requests per hand-off by waiters
+//	targets                                                the speed targets and whether each was met
 //	evidence:BACKEND                                       BACKEND's fault evidence
 //	run                                                    when, where and how the report was made
 //	readme-backends                                        the README's backend table
@@ -58,16 +63,31 @@ func Render(name string, r *report.Report) (string, error) {
 	kind, arg, _ := strings.Cut(name, ":")
 	switch kind {
 	case "matrix":
-		m := r.MatrixMarkdown(arg)
+		which, prefix, _ := strings.Cut(arg, ":")
+		m := r.MatrixMarkdown(which, prefix)
 		if m == "" {
-			return "", fmt.Errorf("the report has no %s cells", arg)
+			return "", fmt.Errorf("the report has no %s cells of backends %q…", which, prefix)
 		}
 		return m + "\n" + report.Legend + "\n", nil
 	case "speed":
-		if r.Speed == nil {
-			return "", fmt.Errorf("the report has no speed table")
+		var words []string
+		if arg != "" { // a region's name has no space: "at-once" matches "at once"
+			words = strings.Split(strings.ReplaceAll(arg, "-", " "), ",")
 		}
-		return r.SpeedMarkdown(), nil
+		if t := r.SpeedColumnsMarkdown(words); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("the report has no speed table (or no column with %q)", arg)
+	case "scaling":
+		if t := r.ScalingMarkdown(); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("the report has no scaling measurement")
+	case "targets":
+		if t := r.TargetsMarkdown(); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("the report has no speed targets")
 	case "evidence":
 		ev := r.EvidenceMarkdown(arg)
 		if ev == "" {
@@ -222,15 +242,19 @@ func Check(file, md string, r *report.Report, identifiers map[string]bool) []Pro
 var methodNames = map[string]bool{"TryAcquire": true, "Refresh": true, "Close": true}
 
 // looksLikeClaimName reports whether a backticked word reads as the name of a
-// property or scenario (two or more capitalized parts, like HolderCrash).
+// property or scenario (two or more capitalized parts, like HolderCrash; a word in
+// capitals only, like INCR, is a command).
 func looksLikeClaimName(w string) bool {
-	caps := 0
+	caps, lower := 0, false
 	for _, c := range w {
-		if c >= 'A' && c <= 'Z' {
+		switch {
+		case c >= 'A' && c <= 'Z':
 			caps++
+		case c >= 'a' && c <= 'z':
+			lower = true
 		}
 	}
-	return caps >= 2
+	return caps >= 2 && lower
 }
 
 // knownNames are every property and scenario name.
@@ -244,6 +268,9 @@ func knownNames() map[string]bool {
 	}
 	for _, p := range spec.PrimitiveProperties {
 		m[string(p)] = true
+	}
+	for _, s := range spec.PrimitiveScenarios {
+		m[string(s)] = true
 	}
 	return m
 }

@@ -11,6 +11,8 @@ import (
 //	lock:    key                                  (the name itself, a plain string value)
 //	fence:   "dlock:fence\xff{" + tag + "}" + key  (an integer, never expires)
 //	channel: "dlock:release:" + key               (pub/sub channel, not a key)
+//	queue:   "dlock:queue\xff{" + tag + "}" + key  (FIFO mode: a sorted set, waiter → arrival)
+//	qdead:   "dlock:qdead\xff{" + tag + "}" + key  (FIFO mode: a sorted set, waiter → deadline)
 //
 // The lock key is the name unchanged so that any library that locks with
 // SET key value NX PX on the same name excludes us and we exclude it.
@@ -22,7 +24,8 @@ import (
 // e.g. "a}b" or "{}x"), it cannot be put between braces; tag is then the shortest
 // decimal number that hashes to the key's slot (SlotTag).
 //
-// The byte 0xff never occurs in valid UTF-8, so no lock key is ever a fence key.
+// The byte 0xff never occurs in valid UTF-8, so no lock key is ever a fence, queue
+// or deadline key.
 // The first '}' after the prefix closes the tag (a tag holds no '}'), so the key is
 // recovered from the rest and two keys never share a fence counter.
 
@@ -32,22 +35,60 @@ const FencePrefix = "dlock:fence\xff"
 // ChannelPrefix starts every release channel.
 const ChannelPrefix = "dlock:release:"
 
+// LockUserACL is what a Redis ACL user needs to take locks with redislock.New (also
+// in fair mode, WithFIFO) or redlock.New, as arguments of ACL SETUSER after the
+// user's name and password: the connection commands, the scripts of the mutex, the
+// semaphores, the read-write locks, the elections and the sets of keys and every
+// command they run, what election observers read (MGET, XREVRANGE, XREAD), the
+// release channels, WAIT (wait_replicas) and the Cluster's slot map. Keys: the lock
+// names themselves, the fencing counters, the fair mode's queue and deadline keys
+// (QueueKey, DeadlineKey), the keys of semaphores and read-write locks
+// (PrimitiveKeys) and of elections (ElectionKey, ElectionTermKey, ElectionLogKey);
+// narrow "~*" to the patterns of your lock names plus "~dlock:*" if you like. The
+// TLS conformance tests run with exactly these rules; docs/connecting.md lists them.
+var LockUserACL = []string{"on", "~*", "&" + ChannelPrefix + "*", "-@all", "+@connection", "+ping",
+	"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+exists", "+type", "+del", "+publish", "+pexpire",
+	"+time", "+zadd", "+zcard", "+zrange", "+zrangebyscore", "+zrank", "+zrem", "+zremrangebyscore", "+zscore", "+hset", "+hget", "+hmget", "+hdel",
+	"+subscribe", "+unsubscribe", "+wait", "+cluster|slots", "+cluster|shards",
+	"+mget", "+xadd", "+xrevrange", "+xread"}
+
 // LockKey returns the Redis key of the lock named key: key itself.
 func LockKey(key string) string { return key }
 
 // FenceKey returns the Redis key of key's fencing counter, in the same Redis
 // Cluster hash slot as LockKey(key) for every key.
-func FenceKey(key string) string {
+func FenceKey(key string) string { return tagged(FencePrefix, key) }
+
+// QueuePrefix starts the key of each lock's queue of waiters (FIFO mode), and
+// DeadlinePrefix the key of their deadlines.
+const (
+	QueuePrefix    = "dlock:queue\xff"
+	DeadlinePrefix = "dlock:qdead\xff"
+)
+
+// QueueKey returns the Redis key of key's queue of waiters (a sorted set: waiter →
+// arrival), and DeadlineKey that of their deadlines (waiter → server time in ms),
+// both in LockKey(key)'s hash slot.
+func QueueKey(key string) string    { return tagged(QueuePrefix, key) }
+func DeadlineKey(key string) string { return tagged(DeadlinePrefix, key) }
+
+// tagged returns prefix + "{" + tag + "}" + key, in key's hash slot (see above).
+func tagged(prefix, key string) string {
 	tag := HashedPart(key)
 	if strings.IndexByte(tag, '}') >= 0 {
 		tag = SlotTag(Slot(key))
 	}
-	return FencePrefix + "{" + tag + "}" + key
+	return prefix + "{" + tag + "}" + key
 }
 
 // Channel returns the pub/sub channel on which the release script announces that
 // key's lock was released.
 func Channel(key string) string { return ChannelPrefix + key }
+
+// TurnChannel returns the channel on which the fair mode's release tells the waiter
+// named name that it is first in key's queue: Channel(key) + "#" + name. Only that
+// waiter listens there.
+func TurnChannel(key, name string) string { return Channel(key) + "#" + name }
 
 // HashedPart returns the part of key that Redis Cluster hashes to find its slot:
 // the hash tag (text between the first '{' and the next '}') if it is not empty,

@@ -63,3 +63,21 @@ func TestSlotTagsCoverEverySlot(t *testing.T) {
 		}
 	}
 }
+
+func TestPrimitiveKeysSameSlot(t *testing.T) {
+	seen := map[string]string{}
+	for _, k := range braceKeys {
+		for _, pk := range PrimitiveKeys(k) {
+			if Slot(pk) != Slot(k) {
+				t.Errorf("PrimitiveKeys(%q): %q is in slot %d, the lock's is %d", k, pk, Slot(pk), Slot(k))
+			}
+			if utf8.ValidString(pk) {
+				t.Errorf("PrimitiveKeys(%q): %q is valid UTF-8: a mutex could be named like it", k, pk)
+			}
+			if other, dup := seen[pk]; dup {
+				t.Errorf("%q and %q share the primitive key %q", k, other, pk)
+			}
+			seen[pk] = k
+		}
+	}
+}

@@ -87,6 +87,15 @@ func Release(ctx context.Context, c redis.Scripter, key, value string) (bool, er
 	return n == 1, err
 }
 
+// Withdraw is Release without the announcement: it deletes key's lock if it still
+// holds value and wakes no one. For a grant taken back before anyone could use it
+// (a Redlock attempt that lost its vote), where the lock was never free for waiters
+// to hear about.
+func Withdraw(ctx context.Context, c redis.Scripter, key, value string) (bool, error) {
+	n, err := releaseScript.Run(ctx, c, []string{LockKey(key)}, value, "").Int64()
+	return n == 1, err
+}
+
 // IsReply reports whether err is an error reply from the server (the command ran
 // and failed, or was refused), as opposed to a failure to get any reply (network,
 // timeout, ctx) after which the command's outcome is unknown.

@@ -30,7 +30,7 @@ type Releases struct {
 
 // topic is the state of one channel.
 type topic struct {
-	waiters    map[chan struct{}]struct{}
+	waiters    map[chan struct{}]bool
 	subscribed bool          // a SUBSCRIBE was sent after the last UNSUBSCRIBE
 	pending    int           // SUBSCRIBEs sent whose confirmation has not arrived
 	confirmed  chan struct{} // closed when pending drops to 0
@@ -47,12 +47,23 @@ var ErrClosed = errors.New("redisops: releases closed")
 // Subscribe starts listening for releases of key's lock. It returns once the server
 // has confirmed the subscription (or ctx ends, or MaxConfirmWait passes, or the
 // subscription could not be sent: the channel then starts working once the
-// connection is back), so that a
-// release published after Subscribe returned is not missed while the connection
-// stays up. wake receives (without blocking the sender; it holds one value) on each
-// release and after each reconnection. stop must be called.
+// connection is back), so that a release published after Subscribe returned is not
+// missed while the connection stays up. wake receives (without blocking the sender;
+// it holds one value) on each release and after each reconnection. stop must be
+// called.
 func (r *Releases) Subscribe(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error) {
-	ch := Channel(key)
+	return r.subscribe(ctx, Channel(key))
+}
+
+// SubscribeTurn starts listening on TurnChannel(key, name), where the fair mode's
+// release tells the waiter named name that the lock is its turn: the same
+// guarantees as Subscribe, without the messages meant for other waiters (a release
+// reaches one waiter however many wait, in this process or others).
+func (r *Releases) SubscribeTurn(ctx context.Context, key, name string) (wake <-chan struct{}, stop func(), err error) {
+	return r.subscribe(ctx, TurnChannel(key, name))
+}
+
+func (r *Releases) subscribe(ctx context.Context, ch string) (wake <-chan struct{}, stop func(), err error) {
 	w := make(chan struct{}, 1)
 	r.mu.Lock()
 	if r.closed {
@@ -61,10 +72,10 @@ func (r *Releases) Subscribe(ctx context.Context, key string) (wake <-chan struc
 	}
 	t := r.topics[ch]
 	if t == nil {
-		t = &topic{waiters: map[chan struct{}]struct{}{}}
+		t = &topic{waiters: map[chan struct{}]bool{}}
 		r.topics[ch] = t
 	}
-	t.waiters[w] = struct{}{}
+	t.waiters[w] = true
 	var sendErr error
 	if !t.subscribed {
 		t.subscribed = true
@@ -172,6 +183,7 @@ func (r *Releases) confirm(ch string) {
 	}
 }
 
+// wake wakes every waiter of the topic.
 func (t *topic) wake() {
 	for w := range t.waiters {
 		select {

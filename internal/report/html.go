@@ -47,12 +47,13 @@ func (r *Report) HTML() ([]byte, error) {
 	var header strings.Builder
 	r.header(&header, "")
 	data := map[string]any{
-		"Header":    strings.Split(strings.TrimSpace(header.String()), "\n"),
-		"Matrices":  ms,
-		"Legend":    legend,
-		"Speed":     r.Speed,
-		"Latency":   template.HTML(""),
-		"Handoffs":  template.HTML(""),
+		"Header":      strings.Split(strings.TrimSpace(header.String()), "\n"),
+		"Matrices":    ms,
+		"Legend":      legend,
+		"Speed":       r.Speed,
+		"Latency":     template.HTML(""),
+		"Handoffs":    template.HTML(""),
+		"ScalingRate": template.HTML(""), "ScalingRequests": template.HTML(""),
 		"Evidence":  plain(r.evidence("")),
 		"Failures":  r.Failures,
 		"Surprises": len(r.Surprises()),
@@ -60,6 +61,8 @@ func (r *Report) HTML() ([]byte, error) {
 	if r.Speed != nil {
 		data["Latency"] = template.HTML(latencySVG(r.Speed.Latency))
 		data["Handoffs"] = template.HTML(rateSVG(r.Speed.Handoffs))
+		rate, reqs := scalingSVGs(r.Speed.Scaling)
+		data["ScalingRate"], data["ScalingRequests"] = template.HTML(rate), template.HTML(reqs)
 	}
 	var b bytes.Buffer
 	if err := page.Execute(&b, data); err != nil {
@@ -158,7 +161,23 @@ func latencySVG(ls []Latency) string {
 }
 
 // rateSVG draws a horizontal bar per backend, longest = fastest.
-func rateSVG(rs []Rate) string {
+func rateSVG(rs []Rate) string { return barSVG(rs, "hand-offs per second", "/s") }
+
+// scalingSVGs draws the scaling measurement: hand-offs/s, and store requests per
+// hand-off, of each backend with each number of waiters (a bar each).
+func scalingSVGs(ps []ScalePoint) (rate, requests string) {
+	var rs, qs []Rate
+	for _, p := range ps {
+		rs = append(rs, Rate{Backend: p.Backend, Clients: p.Waiters, PerSecond: p.Handoffs})
+		if p.PerHandoff > 0 {
+			qs = append(qs, Rate{Backend: p.Backend, Clients: p.Waiters, PerSecond: p.PerHandoff})
+		}
+	}
+	return barSVG(rs, "hand-offs per second by waiters", "/s"), barSVG(qs, "store requests per hand-off by waiters", "")
+}
+
+// barSVG draws a horizontal bar per rate, longest = largest; unit follows each value.
+func barSVG(rs []Rate, what, unit string) string {
 	if len(rs) == 0 {
 		return ""
 	}
@@ -178,7 +197,7 @@ func rateSVG(rs []Rate) string {
 	}
 	h := rowH*len(rs) + 10
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="hand-offs per second" width="%d" height="%d" viewBox="0 0 %d %d">`, chartW, h, chartW, h)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="%s" width="%d" height="%d" viewBox="0 0 %d %d">`, html.EscapeString(what), chartW, h, chartW, h)
 	for i, r := range rs {
 		y := i*rowH + 4
 		w := math.Max(1, (plotW-80)*math.Min(r.PerSecond, top)/top)
@@ -187,13 +206,16 @@ func rateSVG(rs []Rate) string {
 		if r.Clients > 0 {
 			label = fmt.Sprintf("%s (%d clients)", r.Backend, r.Clients)
 		}
-		fmt.Fprintf(&b, `<g><title>%s</title>`, html.EscapeString(fmt.Sprintf("%s: %.1f/s", label, r.PerSecond)))
+		if i > 0 && rs[i-1].Backend == r.Backend && r.Clients > 0 {
+			label = fmt.Sprintf("%d clients", r.Clients) // the backend is named on its first bar
+		}
+		fmt.Fprintf(&b, `<g><title>%s</title>`, html.EscapeString(fmt.Sprintf("%s: %.1f%s", label, r.PerSecond, unit)))
 		fmt.Fprintf(&b, `<text x="%d" y="%d" class="label" text-anchor="end">%s</text>`, labelW, y+rowH/2+2, html.EscapeString(label))
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" class="bar"/>`, plotLeft, y+2, w, rowH-8)
 		if clipped {
 			fmt.Fprintf(&b, `<path d="M%.1f %d l6 %d" class="clip"/>`, float64(plotLeft)+w-20, y, rowH-4)
 		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="axis">%.0f/s%s</text></g>`, float64(plotLeft)+w+6, y+rowH/2+2, r.PerSecond, map[bool]string{true: " (off scale)"}[clipped])
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="axis">%s%s%s</text></g>`, float64(plotLeft)+w+6, y+rowH/2+2, barValue(r.PerSecond), unit, map[bool]string{true: " (off scale)"}[clipped])
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
@@ -254,6 +276,15 @@ svg .bar { fill: #2f9e6a; } svg .clip { stroke: #fff; stroke-width: 4; }
 {{.Latency}}{{end}}
 {{if .Handoffs}}<h2>Hand-offs per second under contention</h2>
 {{.Handoffs}}{{end}}
+{{if .ScalingRate}}<h2>More waiters on one key: hand-offs per second</h2>
+{{.ScalingRate}}{{end}}
+{{if .ScalingRequests}}<h2>More waiters on one key: store requests per hand-off</h2>
+<p>Flat is good: a backend that wakes every waiter on each release (a thundering herd) grows with the waiters.</p>
+{{.ScalingRequests}}{{end}}
+{{with .Speed}}{{if .Targets}}<h2>Speed targets</h2>
+<table class="speed"><thead><tr><th>target</th><th>measured (median)</th><th>each repetition</th><th>limit</th><th>met</th></tr></thead>
+<tbody>{{range .Targets}}<tr><td>{{.Claim}}</td><td>{{if .Missing}}not measured ({{.Missing}}){{else}}{{printf "%.2f" .Value}}{{end}}</td><td>{{range $i, $v := .Values}}{{if $i}}, {{end}}{{printf "%.2f" $v}}{{end}}</td><td>{{if .AtMost}}≤{{else}}≥{{end}} {{printf "%.2f" .Limit}}</td><td>{{if .Met}}yes{{else}}no{{end}}</td></tr>
+{{end}}</tbody></table>{{end}}{{end}}
 {{if .Evidence}}<h2>Evidence and notes</h2>
 <ul class="evidence">{{range .Evidence}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{if .Failures}}<h2>Failed tests</h2>
@@ -269,3 +300,11 @@ svg .bar { fill: #2f9e6a; } svg .clip { stroke: #fff; stroke-width: 4; }
 </body>
 </html>
 `))
+
+// barValue prints v with no decimals from 10 up, one below.
+func barValue(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}

@@ -43,8 +43,45 @@ type Speed struct {
 	// Latency: the uncontended acquire+release latency of each backend.
 	Latency []Latency `json:"latency,omitempty"`
 	// Handoffs: contended hand-offs per second of each backend.
-	Handoffs []Rate   `json:"handoffs,omitempty"`
-	Notes    []string `json:"notes,omitempty"`
+	Handoffs []Rate `json:"handoffs,omitempty"`
+	// Scaling: contended hand-offs/s and store requests per hand-off of each
+	// backend with more and more waiters on one key.
+	Scaling []ScalePoint `json:"scaling,omitempty"`
+	// Targets: the speed targets, each a ratio measured in this run.
+	Targets []Target `json:"targets,omitempty"`
+	// Load: the machine's load average around the benchmarks, and whether they
+	// started below the limit (quiet). Nil in reports older than the limit.
+	Load  *Load    `json:"load,omitempty"`
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ScalePoint is one backend's contended figures with Waiters clients on one key.
+type ScalePoint struct {
+	Backend    string  `json:"backend"`
+	Waiters    int     `json:"waiters"`
+	Handoffs   float64 `json:"handoffs_per_second"`
+	PerHandoff float64 `json:"requests_per_handoff,omitempty"` // store requests per hand-off; 0 where not counted
+}
+
+// Target is one speed target: a ratio of this run against its limit.
+type Target struct {
+	Claim  string    `json:"claim"`
+	Value  float64   `json:"value,omitempty"` // the median over the repetitions
+	Values []float64 `json:"values,omitempty"`
+	Limit  float64   `json:"limit"`
+	AtMost bool      `json:"at_most,omitempty"`
+	Met    bool      `json:"met"`
+	// Missing names the side of the ratio that was not measured.
+	Missing string `json:"missing,omitempty"`
+}
+
+// Load is the load average around a benchmark run.
+type Load struct {
+	Before string  `json:"before"`
+	After  string  `json:"after"`
+	Limit  float64 `json:"limit"`
+	Forced bool    `json:"forced,omitempty"`
+	Quiet  bool    `json:"quiet"` // started below Limit, not forced
 }
 
 // SpeedRow is one backend's row of the speed table.
@@ -189,26 +226,49 @@ func (r *Report) Surprises() []results.Cell {
 
 // matrix is one table of cells: rows are backends, columns properties or scenarios.
 type matrix struct {
-	kind  string // "conformance", "primitives" or "faults"
+	kind  string // "conformance", "faults", a family's name (spec.Families), its name + "-faults", or "primitives"
 	Title string
 	Rows  []string
 	Cols  []string
 	Cell  map[[2]string]results.Cell
 }
 
-// matrices splits the cells into the conformance matrix (backend × property) and
-// the fault matrix (backend × scenario), each in the suite's order.
+// matrices splits the cells into the conformance matrix (backend × property), a
+// property matrix and a fault matrix for each primitive family (whose columns are
+// named by the mutex scenario each of its scenarios mirrors), any other
+// primitive's properties, and the mutex's fault matrix (backend × scenario), each
+// in the suite's order.
 func (r *Report) matrices() []matrix {
-	conf := matrix{kind: "conformance", Title: "Conformance (backend × property)", Cell: map[[2]string]results.Cell{}}
-	prims := matrix{kind: "primitives", Title: "Primitives beyond the mutex (backend × property)", Cell: map[[2]string]results.Cell{}}
-	faults := matrix{kind: "faults", Title: "Faults (backend × scenario: the property each fault threatens)", Cell: map[[2]string]results.Cell{}}
+	newMatrix := func(kind, title string) *matrix {
+		return &matrix{kind: kind, Title: title, Cell: map[[2]string]results.Cell{}}
+	}
+	conf := newMatrix("conformance", "Conformance (backend × property)")
+	faults := newMatrix("faults", "Faults (backend × scenario: the property each fault threatens)")
+	prims := newMatrix("primitives", "Other primitives (backend × property)")
+	var fams []*matrix
+	famOf := map[string]*matrix{} // property or scenario name → its family's matrix
+	for _, f := range spec.Families {
+		pm := newMatrix(f.Name, "The "+f.Name+" (backend × property)")
+		fm := newMatrix(f.Name+"-faults", "Faults of the "+f.Name+" (backend × the mutex scenario it mirrors)")
+		for _, p := range f.Properties {
+			famOf[string(p)] = pm
+		}
+		for _, s := range f.Scenarios {
+			famOf[string(s)] = fm
+		}
+		fams = append(fams, pm, fm)
+	}
 	for _, c := range r.Cells {
-		m, col := &faults, c.Scenario
+		m, col := faults, c.Scenario
 		switch {
 		case c.Scenario == "Conformance" && slices.Contains(spec.Properties, spec.Property(c.Property)):
-			m, col = &conf, c.Property
+			m, col = conf, c.Property
+		case c.Scenario == "Conformance" && famOf[c.Property] != nil:
+			m, col = famOf[c.Property], c.Property
 		case c.Scenario == "Conformance":
-			m, col = &prims, c.Property
+			m, col = prims, c.Property
+		case famOf[c.Scenario] != nil:
+			m, col = famOf[c.Scenario], string(spec.MutexScenarioOf(spec.Scenario(c.Scenario)))
 		}
 		if !slices.Contains(m.Rows, c.Backend) {
 			m.Rows = append(m.Rows, c.Backend)
@@ -242,12 +302,19 @@ func (r *Report) matrices() []matrix {
 	for _, s := range spec.Scenarios {
 		scen = append(scen, string(s))
 	}
+	var famProps []string
+	for _, p := range spec.PrimitiveProperties {
+		famProps = append(famProps, string(p))
+	}
 	order(conf.Cols, props)
 	order(faults.Cols, scen)
+	for _, m := range fams {
+		order(m.Cols, slices.Concat(famProps, scen))
+	}
 	var out []matrix
-	for _, m := range []matrix{conf, prims, faults} {
+	for _, m := range slices.Concat([]*matrix{conf}, fams, []*matrix{prims, faults}) {
 		if len(m.Rows) > 0 {
-			out = append(out, m)
+			out = append(out, *m)
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,6 +26,12 @@ func (r *Report) Markdown() string {
 	}
 	if r.Speed != nil {
 		b.WriteString("\n## Speed\n\n" + r.SpeedMarkdown())
+		if s := r.ScalingMarkdown(); s != "" {
+			b.WriteString("\n### More waiters on one key\n\n" + s)
+		}
+		if s := r.TargetsMarkdown(); s != "" {
+			b.WriteString("\n### Speed targets\n\n" + s)
+		}
 	}
 	if ev := r.evidence(""); len(ev) > 0 {
 		b.WriteString("\n## Evidence and notes\n\n")
@@ -62,29 +69,171 @@ func (m matrix) markdown() string {
 }
 
 // MatrixMarkdown renders one matrix of the report as a Markdown table: "conformance"
-// (backend × property), "primitives" (the primitives' properties) or "faults"
-// (backend × scenario). It is empty when the report has no such cells.
-func (r *Report) MatrixMarkdown(which string) string {
+// (backend × property), "faults" (backend × scenario), a family of spec.Families
+// ("semaphore": its properties; "semaphore-faults": its scenarios, each column
+// named by the mutex scenario it mirrors), or "primitives" (properties of no
+// family), with the rows of the backends whose names start with prefix
+// (all for ""), and the columns where one of them has a cell that ran. It is empty
+// when no such cells exist.
+func (r *Report) MatrixMarkdown(which, prefix string) string {
 	for _, m := range r.matrices() {
 		if m.kind == which {
-			return m.markdown()
+			if m = m.rowsWithPrefix(prefix); len(m.Rows) > 0 {
+				return m.markdown()
+			}
 		}
 	}
 	return ""
 }
 
+// rowsWithPrefix keeps the rows whose names start with prefix, and the columns in
+// which one of them has a cell that ran (not "not applicable").
+func (m matrix) rowsWithPrefix(prefix string) matrix {
+	if prefix == "" {
+		return m
+	}
+	out := m
+	out.Rows, out.Cols = nil, nil
+	for _, row := range m.Rows {
+		if strings.HasPrefix(row, prefix) {
+			out.Rows = append(out.Rows, row)
+		}
+	}
+	for _, col := range m.Cols {
+		for _, row := range out.Rows {
+			if c, ok := m.Cell[[2]string{row, col}]; ok && c.Status != spec.NotApplicable {
+				out.Cols = append(out.Cols, col)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // SpeedMarkdown renders the speed table and its notes.
-func (r *Report) SpeedMarkdown() string {
+func (r *Report) SpeedMarkdown() string { return r.SpeedColumnsMarkdown(nil) }
+
+// SpeedColumnsMarkdown renders the speed table's columns whose names contain one of
+// words (case-insensitive; every column for none), the rows with a value in one of
+// them, and the table's notes. It is empty when no column matches.
+func (r *Report) SpeedColumnsMarkdown(words []string) string {
 	if r.Speed == nil {
 		return ""
 	}
+	var cols []int
+	for i, c := range r.Speed.Columns {
+		if len(words) == 0 || slices.ContainsFunc(words, func(w string) bool { return strings.Contains(strings.ToLower(c), strings.ToLower(w)) }) {
+			cols = append(cols, i)
+		}
+	}
+	if len(cols) == 0 {
+		return ""
+	}
+	pick := func(vs []string) (out []string, any bool) {
+		for _, i := range cols {
+			v := ""
+			if i < len(vs) {
+				v = vs[i]
+			}
+			any = any || (v != "" && v != "–")
+			out = append(out, v)
+		}
+		return out, any
+	}
+	names, _ := pick(r.Speed.Columns)
 	var b strings.Builder
-	fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(r.Speed.Columns, " | "), strings.Repeat("---|", len(r.Speed.Columns)))
+	fmt.Fprintf(&b, "| backend | %s |\n|---|%s\n", strings.Join(names, " | "), strings.Repeat("---|", len(names)))
 	for _, row := range r.Speed.Rows {
-		fmt.Fprintf(&b, "| %s | %s |\n", row.Backend, strings.Join(row.Values, " | "))
+		if vs, any := pick(row.Values); any || len(words) == 0 {
+			fmt.Fprintf(&b, "| %s | %s |\n", row.Backend, strings.Join(vs, " | "))
+		}
 	}
 	for _, n := range r.Speed.Notes {
 		fmt.Fprintf(&b, "\n%s\n", n)
+	}
+	return b.String()
+}
+
+// ScalingMarkdown renders the scaling measurement: a row per backend, a column per
+// number of waiters with its hand-offs/s and store requests per hand-off ("" when
+// the report has none).
+func (r *Report) ScalingMarkdown() string {
+	if r.Speed == nil || len(r.Speed.Scaling) == 0 {
+		return ""
+	}
+	var waiters []int
+	var backends []string
+	at := map[string]map[int]ScalePoint{}
+	for _, p := range r.Speed.Scaling {
+		if !slices.Contains(waiters, p.Waiters) {
+			waiters = append(waiters, p.Waiters)
+		}
+		if at[p.Backend] == nil {
+			backends = append(backends, p.Backend)
+			at[p.Backend] = map[int]ScalePoint{}
+		}
+		at[p.Backend][p.Waiters] = p
+	}
+	slices.Sort(waiters)
+	var b strings.Builder
+	b.WriteString("| backend |")
+	for _, w := range waiters {
+		fmt.Fprintf(&b, " %d waiters: hand-offs/s | requests per hand-off |", w)
+	}
+	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("--:|--:|", len(waiters)))
+	for _, be := range backends {
+		fmt.Fprintf(&b, "| %s |", be)
+		for _, w := range waiters {
+			p, ok := at[be][w]
+			switch {
+			case !ok:
+				b.WriteString(" – | – |")
+			case p.PerHandoff > 0:
+				fmt.Fprintf(&b, " %.0f | %.1f |", p.Handoffs, p.PerHandoff)
+			default:
+				fmt.Fprintf(&b, " %.0f | – |", p.Handoffs)
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nHand-offs: grants to another client than the previous holder. Requests: what the store's servers counted during the measurement (Redis commands, MySQL statements, ZooKeeper packets, etcd gRPC messages), renewals and wake-ups included.\n")
+	return b.String()
+}
+
+// TargetsMarkdown renders the speed targets: each ratio measured in the run, its
+// repetitions, the limit and whether it was met ("" when the report has none).
+func (r *Report) TargetsMarkdown() string {
+	if r.Speed == nil || len(r.Speed.Targets) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| target | measured (median) | each repetition | limit | met |\n|---|--:|---|--:|---|\n")
+	for _, t := range r.Speed.Targets {
+		v, met := fmt.Sprintf("%.2f", t.Value), "no"
+		if t.Met {
+			met = "yes"
+		}
+		if t.Missing != "" {
+			v, met = "–", "not measured ("+t.Missing+")"
+		}
+		var each []string
+		if len(t.Values) > 1 {
+			for _, x := range t.Values {
+				each = append(each, fmt.Sprintf("%.2f", x))
+			}
+		}
+		op := "≥"
+		if t.AtMost {
+			op = "≤"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s %.2f | %s |\n", strings.ReplaceAll(t.Claim, "|", `\|`), v, strings.Join(each, ", "), op, t.Limit, met)
+	}
+	if l := r.Speed.Load; l != nil {
+		q := "quiet"
+		if !l.Quiet {
+			q = "NOT quiet"
+		}
+		fmt.Fprintf(&b, "\nLoad average %s before the benchmarks, %s after (limit %.2f): %s.\n", l.Before, l.After, l.Limit, q)
 	}
 	return b.String()
 }

@@ -73,22 +73,27 @@
 //
 // # API
 //
-//	StartRedis(ctx, RedisOptions{AOF, FakeTimeOffset, Args}) (*Redis, error)
+//	StartRedis(ctx, RedisOptions{AOF, FakeTimeOffset, Args, TLS, Password}) (*Redis, error)
 //	StartRedisMasters(ctx, n) ([]*Redis, error)
+//	StartRedisSentinelGroup(ctx, replicas, sentinels) (*RedisSentinelGroup, error) // MasterName, Master, Replicas, Sentinels, SentinelAddrs(), MasterAddr(ctx), WaitFailover(ctx, old)
 //	StartRedisReplicaPair(ctx) (master, replica *Redis, err error)
 //	    replica: PauseReplication(), ResumeReplication(ctx), WaitInSync(ctx), Promote(ctx), Master(), Link()
 //	StartRedisCluster(ctx, masters) (*RedisCluster, error)   // Nodes, Addrs(), WaitOK(ctx), Close()
 //	(*Redis).Do(ctx, args...) (string, error)                 // control commands, no client library
 //	(*Redis).ShiftClock(ctx, "+60s") error; (*Redis).ClockOffset(ctx) (time.Duration, error)
 //
-//	StartMySQL(ctx) (*MySQL, error)
+//	StartMySQL(ctx) (*MySQL, error); StartMySQLWith(ctx, MySQLOptions{TLS, Args})
 //	(*MySQL).NewDatabase(ctx) (dsn string, err error); DSN(db) string; DropDatabase(ctx, nameOrDSN) error
 //
 //	StartZooKeeper(ctx) (*ZooKeeper, error)                   // Addrs(), Mode(ctx), FourLetter(ctx, cmd)
+//	StartZooKeeperWith(ctx, ZooKeeperOptions{TLS})            // the client port speaks TLS only (Netty)
 //	StartZooKeeperEnsemble(ctx, n) (*ZKEnsemble, error)       // Nodes, Addrs(), Leader(ctx), KillLeader(ctx), Close()
 //
 //	StartEtcd(ctx) (*Etcd, error)                             // in this process: Endpoints(), Stop(), Restart(ctx, keep)
+//	StartEtcdWith(ctx, EtcdOptions{TLS})                      // (*Etcd).Admin(), EnableAuth(ctx, rootPassword)
 //	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // a process per member (EtcdMemberMain): Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
+//
+//	NewPKI() (*PKI, error)                                    // a throw-away CA: CAFile, Server*, Client*, ClientTLS(), URLQuery()
 //
 //	NewProxy(target) (*Proxy, error)                          // Addr(), Cut(), Blackhole(), Stall(), Restore(), Close()
 //
@@ -103,7 +108,9 @@
 //	Redis(t) *Redis; MySQL(t) *MySQL; ZooKeeper(t) *ZooKeeper; Etcd(t) *Etcd   // shared, do not fault
 //	MySQLDSN(t) string; NewDatabase(t, *MySQL) string                           // fresh database, dropped at cleanup
 //	NewRedis(t, RedisOptions) *Redis; NewMySQL(t); NewZooKeeper(t); NewEtcd(t) // private
-//	RedisMasters(t, n); RedisReplicaPair(t) (m, r); RedisCluster(t, n)
+//	RedisMasters(t, n); RedisReplicaPair(t) (m, r); RedisCluster(t, n); RedisSentinelGroup(t, replicas, sentinels)
+//	SecureRedis(t, pki, admin, user, password, rules); NewMySQLWith(t, o); NewZooKeeperWith(t, o); NewEtcdWith(t, o); PKI(t)
+//	Open(t, url) dlock.Locker; Findings(t, url) map[string]spec.Finding   // dlock.Open and dlock.Inspect for tests
 //	ZKEnsemble(t, n); EtcdCluster(t, n); Proxy(t, target)
 //	LeaderKills(kill) func(testing.TB)      // a conformance.LeaderKiller fault: restart the last victim, kill the leader
 //

@@ -10,7 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Etcd is one etcd member embedded in this process (go.etcd.io/etcd/server/v3/embed),
@@ -28,9 +31,12 @@ type Etcd struct {
 	token   string
 	ext     []string
 
+	tls *PKI // clients must speak TLS and present a certificate
+
 	mu      sync.Mutex
 	e       *embed.Etcd  // nil while stopped
 	started bool         // data dir holds a member already
+	root    string       // root's password once EnableAuth ran
 	ctr     *EtcdProcess // with DLOCK_SERVERS=docker: the member, in a container (e stays nil)
 
 	closed closer
@@ -96,6 +102,11 @@ func (e *Etcd) config(state string) *embed.Config {
 	cfg.Name = e.name
 	cfg.Dir = filepath.Join(e.dir, "data")
 	cu := url.URL{Scheme: "http", Host: e.client}
+	if e.tls != nil {
+		cu.Scheme = "https"
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: e.tls.ServerCert, KeyFile: e.tls.ServerKey,
+			TrustedCAFile: e.tls.CAFile, ClientCertAuth: true}
+	}
 	pu := url.URL{Scheme: "http", Host: e.peer}
 	cfg.ListenClientUrls = []url.URL{cu}
 	cfg.AdvertiseClientUrls = []url.URL{cu}
@@ -107,6 +118,10 @@ func (e *Etcd) config(state string) *embed.Config {
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{filepath.Join(e.dir, "etcd.log")}
 	cfg.SocketOpts.ReuseAddress = true
+	// Every client that logs in (EnableAuth) has its password checked with bcrypt: at
+	// the default cost that takes long enough under -race, with the member in the
+	// test process, to starve the renewals of other clients' leases.
+	cfg.BcryptCost = 4
 	return cfg
 }
 
@@ -118,7 +133,7 @@ func (e *Etcd) flags(existing bool) []string {
 		state = embed.ClusterStateFlagExisting
 	}
 	cfg := e.config(state)
-	return []string{
+	args := []string{
 		"--name=" + cfg.Name,
 		"--data-dir=" + cfg.Dir,
 		"--listen-client-urls=" + cfg.ListenClientUrls[0].String(),
@@ -131,7 +146,13 @@ func (e *Etcd) flags(existing bool) []string {
 		"--log-level=" + cfg.LogLevel,
 		"--log-outputs=" + strings.Join(cfg.LogOutputs, ","),
 		"--socket-reuse-address=true",
+		fmt.Sprintf("--bcrypt-cost=%d", cfg.BcryptCost),
 	}
+	if ti := cfg.ClientTLSInfo; !ti.Empty() {
+		args = append(args, "--cert-file="+ti.CertFile, "--key-file="+ti.KeyFile,
+			"--trusted-ca-file="+ti.TrustedCAFile, fmt.Sprintf("--client-cert-auth=%t", ti.ClientCertAuth))
+	}
+	return args
 }
 
 // launch starts the embedded server; it does not wait for readiness.
@@ -174,9 +195,20 @@ func (e *Etcd) waitReady(ctx context.Context) error {
 }
 
 // StartEtcd starts a single-member etcd in this process and waits until it
-// serves. With DLOCK_SERVERS=docker the member runs in a container of EtcdImage
-// instead (the etcd command, the same configuration).
-func StartEtcd(ctx context.Context) (*Etcd, error) {
+// serves.
+func StartEtcd(ctx context.Context) (*Etcd, error) { return StartEtcdWith(ctx, EtcdOptions{}) }
+
+// EtcdOptions configures a member started by StartEtcdWith.
+type EtcdOptions struct {
+	// TLS makes the member serve its clients over TLS only, with the PKI's server
+	// certificate, and require client certificates its CA signed.
+	TLS *PKI
+}
+
+// StartEtcdWith starts a single-member etcd configured by o in this process and
+// waits until it serves. With DLOCK_SERVERS=docker the member runs in a container
+// of EtcdImage instead (the etcd command, the same configuration).
+func StartEtcdWith(ctx context.Context, o EtcdOptions) (*Etcd, error) {
 	if dockerOnly() {
 		if err := dockerAvailable(); err != nil {
 			return nil, fmt.Errorf("servers: %s=docker, but etcd cannot run in a container: %w", EnvServers, err)
@@ -191,8 +223,10 @@ func StartEtcd(ctx context.Context) (*Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.tls = o.TLS
 	if dockerOnly() {
 		e.ctr = newEtcdProcess(e, "")
+		e.ctr.p.mounts = o.TLS.mounts()
 		if err := e.ctr.launch(ctx); err != nil {
 			e.ctr.Kill()
 			os.RemoveAll(e.dir)
@@ -209,6 +243,45 @@ func StartEtcd(ctx context.Context) (*Etcd, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// Admin returns a client of the member as its administrator (the PKI's client
+// certificate with TLS, root once EnableAuth ran), closed by the caller.
+func (e *Etcd) Admin() (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if e.tls != nil {
+		cfg.TLS = e.tls.ClientTLS()
+	}
+	e.mu.Lock()
+	if e.root != "" {
+		cfg.Username, cfg.Password = "root", e.root
+	}
+	e.mu.Unlock()
+	return clientv3.New(cfg)
+}
+
+// EnableAuth turns authentication on: it creates the user root with the password
+// rootPassword and the root role, then enables auth. From then on every client
+// must log in (Admin logs in as root).
+func (e *Etcd) EnableAuth(ctx context.Context, rootPassword string) error {
+	cli, err := e.Admin()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if _, err := cli.UserAdd(ctx, "root", rootPassword); err != nil {
+		return fmt.Errorf("etcd %s: add root: %w", e.name, err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("etcd %s: grant root: %w", e.name, err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("etcd %s: enable auth: %w", e.name, err)
+	}
+	e.mu.Lock()
+	e.root = rootPassword
+	e.mu.Unlock()
+	return nil
 }
 
 // Stop closes the member gracefully (a leader hands leadership over first) and

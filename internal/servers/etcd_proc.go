@@ -98,7 +98,7 @@ func (e *EtcdProcess) launch(ctx context.Context) error {
 func (e *EtcdProcess) waitServing(ctx context.Context) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	cli, err := etcdAdmin([]string{e.m.client})
+	cli, err := e.m.Admin()
 	if err != nil {
 		return err
 	}

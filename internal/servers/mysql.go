@@ -150,7 +150,20 @@ func mariadbTemplateDir(ctx context.Context, mariadbd, image string) (string, er
 
 // StartMySQL starts a MariaDB server on a free loopback port, in a temporary
 // copy of an initialised data directory, and waits until it answers a ping.
-func StartMySQL(ctx context.Context) (*MySQL, error) {
+func StartMySQL(ctx context.Context) (*MySQL, error) { return StartMySQLWith(ctx, MySQLOptions{}) }
+
+// MySQLOptions configures a server started by StartMySQLWith.
+type MySQLOptions struct {
+	// TLS lets clients connect over TLS with the PKI's server certificate, and
+	// checks client certificates against its CA (users created with REQUIRE SSL or
+	// REQUIRE X509 must use it; root need not).
+	TLS *PKI
+	// Args are extra mariadbd arguments, e.g. "--log-bin".
+	Args []string
+}
+
+// StartMySQLWith starts a MariaDB server configured by o (see StartMySQL).
+func StartMySQLWith(ctx context.Context, o MySQLOptions) (*MySQL, error) {
 	bin, image, err := command("mariadbd", MariaDBImage, func() (string, error) {
 		bin, err := lookPath("mariadbd")
 		if err != nil {
@@ -210,7 +223,12 @@ func StartMySQL(ctx context.Context) (*MySQL, error) {
 			dir:     dir,
 			logPath: filepath.Join(dir, "mariadb.log"),
 			image:   image,
+			mounts:  o.TLS.mounts(),
 		}
+		if o.TLS != nil {
+			m.p.args = append(m.p.args, "--ssl-ca="+o.TLS.CAFile, "--ssl-cert="+o.TLS.ServerCert, "--ssl-key="+o.TLS.ServerKey)
+		}
+		m.p.args = append(m.p.args, o.Args...)
 		err = m.p.startReady(ctx, m.ready)
 		if err == nil {
 			return m, nil

@@ -29,6 +29,12 @@ type RedisOptions struct {
 	FakeTimeOffset string
 	// Args are extra redis-server arguments, e.g. "--maxmemory", "10mb".
 	Args []string
+	// TLS makes the server speak TLS only (no plain port), with the PKI's server
+	// certificate, and require clients to present a certificate its CA signed.
+	TLS *PKI
+	// Password is the default user's password (requirepass). Do and the readiness
+	// checks authenticate with it.
+	Password string
 }
 
 // Redis is one redis-server. Handles made from an environment address (see
@@ -129,7 +135,7 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 			env:     env,
 			logPath: filepath.Join(dir, "redis.log"),
 			image:   image,
-			mounts:  mounts,
+			mounts:  append(mounts, o.TLS.mounts()...),
 		}
 		r.p.args = r.args(replicaOf)
 		err = r.p.startReady(ctx, r.ready)
@@ -154,7 +160,6 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 
 func (r *Redis) args(replicaOf string) []string {
 	a := []string{
-		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--dir", r.dataDir(),
 		"--daemonize", "no",
@@ -162,6 +167,16 @@ func (r *Redis) args(replicaOf string) []string {
 		"--save", "",
 		"--shutdown-timeout", "0",
 		"--repl-diskless-sync-delay", "0",
+	}
+	if t := r.opts.TLS; t != nil {
+		a = append(a, "--port", "0", "--tls-port", strconv.Itoa(r.port),
+			"--tls-cert-file", t.ServerCert, "--tls-key-file", t.ServerKey, "--tls-ca-cert-file", t.CAFile,
+			"--tls-auth-clients", "yes", "--tls-replication", "yes", "--tls-cluster", "yes")
+	} else {
+		a = append(a, "--port", strconv.Itoa(r.port))
+	}
+	if r.opts.Password != "" {
+		a = append(a, "--requirepass", r.opts.Password, "--masterauth", r.opts.Password)
 	}
 	if r.opts.AOF == "" {
 		a = append(a, "--appendonly", "no")
@@ -181,7 +196,7 @@ func (r *Redis) args(replicaOf string) []string {
 
 // ready succeeds once the server answers PING (not -LOADING).
 func (r *Redis) ready(ctx context.Context) error {
-	s, err := respDo(ctx, r.addr, "PING")
+	s, err := r.do(ctx, "PING")
 	if err != nil {
 		return err
 	}
@@ -194,7 +209,17 @@ func (r *Redis) ready(ctx context.Context) error {
 // Do sends one command on a fresh connection and returns the reply as text
 // (see the package doc). It is meant for set-up and checks, not for load.
 func (r *Redis) Do(ctx context.Context, args ...string) (string, error) {
-	return respDo(ctx, r.addr, args...)
+	return r.do(ctx, args...)
+}
+
+// do sends one command as the server's administrator: over TLS with the PKI's
+// client certificate, authenticated with RedisOptions.Password.
+func (r *Redis) do(ctx context.Context, args ...string) (string, error) {
+	c := respClient{password: r.opts.Password}
+	if r.opts.TLS != nil {
+		c.tls = r.opts.TLS.ClientTLS()
+	}
+	return respDoAs(ctx, c, r.addr, args...)
 }
 
 // Stop shuts the server down gracefully (SIGTERM: AOF flushed) and waits.
@@ -295,20 +320,49 @@ func (r *Redis) ShiftClock(ctx context.Context, offset string) error {
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	jump := d - r.clock
+	r.mu.Unlock()
+	// A probe key that expires halfway through a forward jump: once it is gone, the
+	// clock Redis expires keys by has moved too (TIME reads the clock at once; key
+	// expiry uses a time Redis caches).
+	probe := fmt.Sprintf("dlock:clockprobe:%d", time.Now().UnixNano())
+	if jump >= 2*time.Second {
+		if _, err := respDo(ctx, r.addr, "SET", probe, "1", "PX", fmt.Sprint((jump / 2).Milliseconds())); err != nil {
+			return err
+		}
+	}
 	if err := r.fake.set(d, spec); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	r.clock = d
 	r.mu.Unlock()
-	return r.waitClock(ctx, d)
+	if err := r.waitClock(ctx, d); err != nil {
+		return err
+	}
+	for jump >= 2*time.Second {
+		ttl, err := respDo(ctx, r.addr, "PTTL", probe)
+		if err != nil {
+			return err
+		}
+		if ttl == "-2" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("servers: redis %s: keys do not expire by the shifted clock: %w", r.addr, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // ClockOffset returns the server's clock minus the local clock, measured with
 // the TIME command.
 func (r *Redis) ClockOffset(ctx context.Context) (time.Duration, error) {
 	before := time.Now()
-	s, err := respDo(ctx, r.addr, "TIME")
+	s, err := r.do(ctx, "TIME")
 	after := time.Now()
 	if err != nil {
 		return 0, err
@@ -469,14 +523,14 @@ func (r *Redis) WaitInSync(ctx context.Context) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	minfo, err := respDo(ctx, r.master.addr, "INFO", "replication")
+	minfo, err := r.master.do(ctx, "INFO", "replication")
 	if err != nil {
 		return fmt.Errorf("master INFO: %w", err)
 	}
 	want, _ := strconv.ParseInt(infoField(minfo, "master_repl_offset"), 10, 64)
 	var last string
 	for {
-		info, err := respDo(ctx, r.addr, "INFO", "replication")
+		info, err := r.do(ctx, "INFO", "replication")
 		if err == nil {
 			last = info
 			got, _ := strconv.ParseInt(infoField(info, "slave_repl_offset"), 10, 64)
@@ -498,7 +552,7 @@ func (r *Redis) Promote(ctx context.Context) error {
 	if err := r.replicaOnly(); err != nil {
 		return err
 	}
-	if _, err := respDo(ctx, r.addr, "REPLICAOF", "NO", "ONE"); err != nil {
+	if _, err := r.do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -569,7 +623,7 @@ func (c *RedisCluster) WaitOK(ctx context.Context) error {
 	for {
 		var bad string
 		for _, n := range c.Nodes {
-			info, err := respDo(ctx, n.addr, "CLUSTER", "INFO")
+			info, err := n.do(ctx, "CLUSTER", "INFO")
 			if err != nil {
 				bad = n.addr + ": " + err.Error()
 				break

@@ -3,6 +3,7 @@ package servers
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,28 +18,59 @@ import (
 // returned as an error. It is the package's own control channel (readiness,
 // REPLICAOF, INFO, CLUSTER INFO), independent of any client library.
 func respDo(ctx context.Context, addr string, args ...string) (string, error) {
+	return respDoAs(ctx, respClient{}, addr, args...)
+}
+
+// respClient is how the control channel reaches a server: over TLS (tls not nil),
+// and authenticated with AUTH password (password not empty).
+type respClient struct {
+	tls      *tls.Config
+	password string
+}
+
+// respDoAs is respDo as client c.
+func respDoAs(ctx context.Context, c respClient, addr string, args ...string) (string, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	var err error
+	if c.tls != nil {
+		td := tls.Dialer{NetDialer: &d, Config: c.tls}
+		conn, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
+		_ = conn.SetDeadline(dl)
 	} else {
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	write := func(args ...string) {
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
+	if c.password != "" {
+		write("AUTH", c.password)
+	}
+	write(args...)
+	if _, err := conn.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	return readRESP(bufio.NewReader(c))
+	r := bufio.NewReader(conn)
+	if c.password != "" {
+		if _, err := readRESP(r); err != nil {
+			return "", fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return readRESP(r)
 }
 
 func readRESP(r *bufio.Reader) (string, error) {

@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ type ZooKeeper struct {
 	id   int         // myid in an ensemble, 0 standalone
 	ens  *ZKEnsemble // nil standalone
 	ext  []string    // external: every address given
+	tls  *PKI        // the client port speaks TLS only
 
 	closed closer
 }
@@ -77,6 +79,13 @@ func zkJava() (java, classpath string, err error) {
 				break
 			}
 		}
+		// The Netty connection factory (TLS) needs more of Netty than the manifest
+		// names; Debian's zookeeper package installs it (libnetty-java).
+		for _, b := range []string{"netty-codec.jar", "netty-resolver.jar", "netty-transport-native-unix-common.jar"} {
+			if _, err := os.Stat("/usr/share/java/" + b); err == nil {
+				cp = append(cp, "/usr/share/java/"+b)
+			}
+		}
 		return java, strings.Join(cp, ":"), nil
 	}
 	if home := os.Getenv("ZOOKEEPER_HOME"); home != "" {
@@ -92,7 +101,15 @@ func zkJava() (java, classpath string, err error) {
 
 type zkPorts struct{ client, peer, election int }
 
-func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, error) {
+// ZooKeeperOptions configures a server started by StartZooKeeperWith.
+type ZooKeeperOptions struct {
+	// TLS makes the client port speak TLS only (Netty), with the PKI's server
+	// certificate, and require client certificates its CA signed. FourLetter speaks
+	// TLS to it too.
+	TLS *PKI
+}
+
+func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts, o ZooKeeperOptions) (*ZooKeeper, error) {
 	var cp string
 	java, image, err := command("java", ZooKeeperImage, func() (string, error) {
 		java, c, err := zkJava()
@@ -109,7 +126,7 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, err
 	if err != nil {
 		return nil, err
 	}
-	z := &ZooKeeper{dir: dir, id: id, addr: hostPort(ports.client)}
+	z := &ZooKeeper{dir: dir, id: id, addr: hostPort(ports.client), tls: o.TLS}
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		os.RemoveAll(dir)
@@ -117,7 +134,14 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, err
 	}
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "tickTime=200\ninitLimit=25\nsyncLimit=10\n")
-	fmt.Fprintf(&cfg, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", data, ports.client)
+	if t := o.TLS; t != nil {
+		fmt.Fprintf(&cfg, "dataDir=%s\nsecureClientPort=%d\nsecureClientPortAddress=127.0.0.1\n", data, ports.client)
+		fmt.Fprintf(&cfg, "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n")
+		fmt.Fprintf(&cfg, "ssl.keyStore.location=%s\nssl.keyStore.type=PEM\nssl.trustStore.location=%s\nssl.trustStore.type=PEM\nssl.clientAuth=need\n",
+			t.ServerKeyStore, t.CAFile)
+	} else {
+		fmt.Fprintf(&cfg, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", data, ports.client)
+	}
 	fmt.Fprintf(&cfg, "maxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\n")
 	if id > 0 {
 		for i := 1; i <= len(peers); i++ {
@@ -153,6 +177,7 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, err
 		dir:     dir,
 		logPath: filepath.Join(dir, "zookeeper.log"),
 		image:   image,
+		mounts:  o.TLS.mounts(),
 	}
 	if o := os.Getenv("JAVA_TOOL_OPTIONS"); image != "" && o != "" {
 		// A container gets no environment of this process's; JVM options set for the
@@ -164,12 +189,18 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts) (*ZooKeeper, err
 
 // StartZooKeeper starts a standalone ZooKeeper and waits until it serves.
 func StartZooKeeper(ctx context.Context) (*ZooKeeper, error) {
+	return StartZooKeeperWith(ctx, ZooKeeperOptions{})
+}
+
+// StartZooKeeperWith starts a standalone ZooKeeper configured by o and waits until
+// it serves.
+func StartZooKeeperWith(ctx context.Context, o ZooKeeperOptions) (*ZooKeeper, error) {
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		z, err := newZooKeeper(0, zkPorts{client: port}, nil)
+		z, err := newZooKeeper(0, zkPorts{client: port}, nil, o)
 		if err != nil {
 			return nil, err
 		}
@@ -189,12 +220,22 @@ func StartZooKeeper(ctx context.Context) (*ZooKeeper, error) {
 // FourLetter sends a four-letter-word command (srvr, stat, ruok, mntr, ...)
 // and returns the answer.
 func (z *ZooKeeper) FourLetter(ctx context.Context, cmd string) (string, error) {
-	return fourLetter(ctx, z.addr, cmd)
+	var tc *tls.Config
+	if z.tls != nil {
+		tc = z.tls.ClientTLS()
+	}
+	return fourLetter(ctx, z.addr, tc, cmd)
 }
 
-func fourLetter(ctx context.Context, addr, cmd string) (string, error) {
+func fourLetter(ctx context.Context, addr string, tc *tls.Config, cmd string) (string, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var c net.Conn
+	var err error
+	if tc != nil {
+		c, err = (&tls.Dialer{NetDialer: &d, Config: tc}).DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -346,7 +387,7 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZKEnsemble, error) {
 	}
 	e := &ZKEnsemble{Nodes: make([]*ZooKeeper, n)}
 	for i := 1; i <= n; i++ {
-		z, err := newZooKeeper(i, peers[i], peers)
+		z, err := newZooKeeper(i, peers[i], peers, ZooKeeperOptions{})
 		if err != nil {
 			e.Close()
 			return nil, err
@@ -446,12 +487,18 @@ func (z *ZooKeeper) syncedFollowers(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(s, "\n") {
-		if v, ok := strings.CutPrefix(line, "zk_synced_followers\t"); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
+	n, err := mntrField(s, "zk_synced_followers")
+	return int(n), err
+}
+
+// mntrField is the integer value of name in a `mntr` answer.
+func mntrField(mntr, name string) (int64, error) {
+	for _, line := range strings.Split(mntr, "\n") {
+		if v, ok := strings.CutPrefix(line, name+"\t"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("mntr: no zk_synced_followers in %q", s)
+	return 0, fmt.Errorf("mntr: no %s in %q", name, mntr)
 }
 
 // Close closes every member.

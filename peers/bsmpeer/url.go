@@ -16,5 +16,5 @@ const Scheme = "peer+bsm"
 // The declaration: owner-checked release and refresh by a random value; no fencing.
 func init() {
 	peerredis.Register(Scheme, 1, func(c []redis.UniversalClient) dlock.Locker { return New(c[0]) },
-		spec.Capabilities{PerLeaseTTL: true, Refresh: true})
+		func(int) spec.Capabilities { return spec.Capabilities{PerLeaseTTL: true, Refresh: true} })
 }

@@ -67,14 +67,21 @@ const DefaultSessionTTL = 60
 func WithSessionTTL(seconds int) Option { return func(c *config) { c.ttl = seconds } }
 
 // New starts a session on cli and returns a Locker whose locks the session holds.
-// It returns the error of the session's lease grant. Close ends the session (its
+// It returns the error of the session's lease grant, which ctx bounds. Close ends the session (its
 // locks are freed at once) but does not close cli.
 func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (dlock.Locker, error) {
 	c := config{ttl: DefaultSessionTTL}
 	for _, o := range opts {
 		o(&c)
 	}
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(c.ttl), concurrency.WithContext(context.WithoutCancel(ctx)))
+	// The session's lease is granted within ctx (NewSession would grant it under the
+	// session's own context, which must outlive ctx: against a server that does not
+	// answer it would wait for ever), then kept alive by the session.
+	lease, err := cli.Grant(ctx, int64(c.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("dlock: %s: session: %w", Name, err)
+	}
+	s, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(c.ttl), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: %s: session: %w", Name, err)
 	}

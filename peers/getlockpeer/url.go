@@ -64,12 +64,15 @@ func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 // nothing (DoneAndErr, DeadlockFreedom); names end at the first NUL and are limited
 // to 64 characters (KeyIsolation, InputValidation). A paused holder's connection
 // stays open (within wait_timeout), so its lock is never granted to another while it
-// sleeps: the pauses hold, the lock unavailable instead.
+// sleeps: the pauses hold, the lock unavailable instead. A cancelled Acquire closes
+// its connection while GET_LOCK waits on the server, which may still grant the
+// abandoned wait the lock when it is released and hold it for a few milliseconds
+// (Cancellation: another client's TryAcquire right after the release fails).
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if _, err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{FIFO: true, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
+	return spec.Capabilities{FIFO: true, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.Cancellation, spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
 		HarnessOnly: []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
 		// Nothing tells a holder whose connection hangs (StoreHang: Done stays open).
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.HolderPause: spec.Held, spec.StoreHang: spec.Violated}}, nil

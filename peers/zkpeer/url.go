@@ -56,13 +56,15 @@ func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 // to the holder (DoneAndErr, DeadlockFreedom), a cancelled wait stays queued
 // (Cancellation), and keys are paths taken as given (KeyIsolation,
 // InputValidation). A cut-off holder hears of its session's expiry only on
-// reconnecting, after the server gave the lock away (Partition).
+// reconnecting, after the server gave the lock away (Partition). The library has no
+// try: TryAcquire on a free key calls Lock, so the contenders of a simultaneous try
+// that lose wait in Lock for the winner's release (SimultaneousTry).
 func declare(u *url.URL) (spec.Capabilities, error) {
 	_, timeout, _, err := parseURL(u)
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{SessionTimeout: timeout, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.Cancellation,
+	return spec.Capabilities{SessionTimeout: timeout, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.SimultaneousTry, spec.Cancellation,
 		spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
 		HarnessOnly: []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
 		// zk.Lock's Unlock takes no context, and a hung store's session loss is heard

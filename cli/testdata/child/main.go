@@ -14,6 +14,8 @@
 //	                        (stubborn: ignore SIGTERM)
 //	child stamp FILE ID     ignore SIGTERM; append "ID <unix ns>" to FILE every 2ms, print
 //	                        "ready" after the first; exit 0 on SIGINT
+//	child tick FILE ID      append "ID start UNIXNANO", print "ready", then append "ID tick
+//	                        UNIXNANO" every 10ms until killed
 //	child jobshell CMD...   a job-control shell of one job, for a terminal test: run CMD
 //	                        as the terminal's foreground job; when it stops, print "shell:
 //	                        stopped", take the terminal, read a line (any: it means fg),
@@ -71,6 +73,17 @@ func run(args []string) int {
 			if s == syscall.SIGTERM {
 				return code
 			}
+		}
+	case "tick":
+		f, err := os.OpenFile(arg(1), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return 3
+		}
+		fmt.Fprintf(f, "%s start %d\n", arg(2), time.Now().UnixNano())
+		fmt.Println("ready")
+		for {
+			time.Sleep(10 * time.Millisecond)
+			fmt.Fprintf(f, "%s tick %d\n", arg(2), time.Now().UnixNano())
 		}
 	case "hold":
 		fmt.Println("ready")

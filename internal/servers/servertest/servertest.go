@@ -23,7 +23,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // Main runs the tests of a package that uses these servers and exits with Finish's
@@ -168,6 +170,74 @@ func RedisCluster(t testing.TB, n int) *servers.RedisCluster {
 	return c
 }
 
+// RedisSentinelGroup starts a private master with replicas replicas and sentinels
+// sentinels monitoring it (see servers.StartRedisSentinelGroup).
+func RedisSentinelGroup(t testing.TB, replicas, sentinels int) *servers.RedisSentinelGroup {
+	t.Helper()
+	g := start(t, "redis sentinel group", func(ctx context.Context) (*servers.RedisSentinelGroup, error) {
+		return servers.StartRedisSentinelGroup(ctx, replicas, sentinels)
+	})
+	cleanup(t, g)
+	return g
+}
+
+// SecureRedis starts a private Redis that speaks TLS only with pki's certificates
+// and wants client certificates, whose default user has the password admin, with
+// an ACL user name:password following rules (ACL SETUSER's arguments).
+func SecureRedis(t testing.TB, pki *servers.PKI, admin, name, password string, rules []string) *servers.Redis {
+	t.Helper()
+	r := NewRedis(t, servers.RedisOptions{TLS: pki, Password: admin})
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	if _, err := r.Do(ctx, append([]string{"ACL", "SETUSER", name, "reset", ">" + password}, rules...)...); err != nil {
+		t.Fatalf("ACL SETUSER %s: %v", name, err)
+	}
+	return r
+}
+
+// Open opens a Locker from rawURL with dlock.Open, closed when the test ends; it
+// fails the test when Open does (the error, never the URL: it may hold a password).
+func Open(t testing.TB, rawURL string) dlock.Locker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := dlock.Open(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Findings runs the deployment check (dlock.Inspect) on rawURL and returns its
+// findings by Topic; it fails the test on an error.
+func Findings(t testing.TB, rawURL string) map[string]spec.Finding {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fs, err := dlock.Inspect(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	m := map[string]spec.Finding{}
+	for _, f := range fs {
+		m[f.Topic()] = f
+	}
+	return m
+}
+
+// PKI generates a throw-away certificate authority (servers.NewPKI), removed when
+// the test ends.
+func PKI(t testing.TB) *servers.PKI {
+	t.Helper()
+	p, err := servers.NewPKI()
+	if err != nil {
+		t.Fatalf("pki: %v", err)
+	}
+	cleanup(t, p)
+	return p
+}
+
 // MySQL returns the MySQL server shared by the test binary. Do not fault it.
 func MySQL(t testing.TB) *servers.MySQL {
 	t.Helper()
@@ -210,6 +280,14 @@ func NewMySQL(t testing.TB) *servers.MySQL {
 	return m
 }
 
+// NewMySQLWith starts a private MariaDB server configured by o.
+func NewMySQLWith(t testing.TB, o servers.MySQLOptions) *servers.MySQL {
+	t.Helper()
+	m := start(t, "mysql", func(ctx context.Context) (*servers.MySQL, error) { return servers.StartMySQLWith(ctx, o) })
+	cleanup(t, m)
+	return m
+}
+
 // ZooKeeper returns the ZooKeeper shared by the test binary. Do not fault it.
 func ZooKeeper(t testing.TB) *servers.ZooKeeper {
 	t.Helper()
@@ -224,6 +302,14 @@ func ZooKeeper(t testing.TB) *servers.ZooKeeper {
 func NewZooKeeper(t testing.TB) *servers.ZooKeeper {
 	t.Helper()
 	z := start(t, "zookeeper", servers.StartZooKeeper)
+	cleanup(t, z)
+	return z
+}
+
+// NewZooKeeperWith starts a private standalone ZooKeeper configured by o.
+func NewZooKeeperWith(t testing.TB, o servers.ZooKeeperOptions) *servers.ZooKeeper {
+	t.Helper()
+	z := start(t, "zookeeper", func(ctx context.Context) (*servers.ZooKeeper, error) { return servers.StartZooKeeperWith(ctx, o) })
 	cleanup(t, z)
 	return z
 }
@@ -252,6 +338,14 @@ func Etcd(t testing.TB) *servers.Etcd {
 func NewEtcd(t testing.TB) *servers.Etcd {
 	t.Helper()
 	e := start(t, "etcd", servers.StartEtcd)
+	cleanup(t, e)
+	return e
+}
+
+// NewEtcdWith starts a private etcd member configured by o, in this process.
+func NewEtcdWith(t testing.TB, o servers.EtcdOptions) *servers.Etcd {
+	t.Helper()
+	e := start(t, "etcd", func(ctx context.Context) (*servers.Etcd, error) { return servers.StartEtcdWith(ctx, o) })
 	cleanup(t, e)
 	return e
 }

@@ -68,8 +68,9 @@ func Clients(ctx context.Context, u *url.URL, max int) ([]redis.UniversalClient,
 
 // Register registers the URL scheme of a Redis peer: its opener makes one client per
 // host (at most max, if max > 0), pings them, and returns newLocker's Locker, which
-// closes the clients on Close; its declaration is caps for every URL Parse accepts.
-func Register(scheme string, max int, newLocker func([]redis.UniversalClient) dlock.Locker, caps spec.Capabilities) {
+// closes the clients on Close; its declaration is declare(the number of hosts) for
+// every URL Parse accepts.
+func Register(scheme string, max int, newLocker func([]redis.UniversalClient) dlock.Locker, declare func(hosts int) spec.Capabilities) {
 	dlock.Register(dlock.Scheme{
 		Name: scheme,
 		Open: func(ctx context.Context, u *url.URL) (dlock.Locker, error) {
@@ -80,10 +81,11 @@ func Register(scheme string, max int, newLocker func([]redis.UniversalClient) dl
 			return peerurl.Owning(newLocker(clients), closeAll), nil
 		},
 		Declare: func(u *url.URL) (spec.Capabilities, error) {
-			if _, _, err := Parse(u, max); err != nil {
+			hosts, _, err := Parse(u, max)
+			if err != nil {
 				return spec.Capabilities{}, err
 			}
-			return caps, nil
+			return declare(len(hosts)), nil
 		},
 	})
 }

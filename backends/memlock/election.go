@@ -1,0 +1,114 @@
+package memlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Leader election: an election's term is the lock on a key of its own in the Store
+// (electionKey: no mutex key can be named like it), taken by TryCampaign only (no
+// queue: a waiting candidate is woken when a term is released, or retries at the
+// holder's expiry). The Store records each term with its value as it grants it,
+// so Leader and WatchLeaders see every term, in order.
+
+// keptTerms bounds the terms a Store remembers per election for its observers: an
+// observer that falls further behind than this misses the older ones.
+const keptTerms = 64
+
+// terms is what a Store knows of one election.
+type terms struct {
+	current *memLock        // the latest term's lock (it may have ended since)
+	value   string          // the latest term's value
+	log     []driver.Leader // the latest terms, oldest first
+	changed chan struct{}   // closed (and replaced) when a term begins
+}
+
+// electionKey is the Store key of election name: the byte 0xff never occurs in a
+// valid key, so no mutex shares it.
+func electionKey(name string) string { return "\xffelection\xff" + name }
+
+var (
+	_ driver.Elector          = (*memDriver)(nil)
+	_ driver.CampaignNotifier = (*memDriver)(nil)
+)
+
+// TryCampaign takes name's term if nobody leads.
+func (d *memDriver) TryCampaign(ctx context.Context, name, value string, ttl time.Duration) (driver.Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lk, err := s.try(electionKey(name), ttl, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	e := s.election(name)
+	e.current, e.value = lk, value
+	e.log = append(e.log, driver.Leader{Value: value, Token: lk.token})
+	if len(e.log) > keptTerms {
+		e.log = e.log[len(e.log)-keptTerms:]
+	}
+	close(e.changed)
+	e.changed = make(chan struct{})
+	return lk, nil
+}
+
+// election returns name's record; the caller holds s.mu.
+func (s *Store) election(name string) *terms {
+	e := s.terms[name]
+	if e == nil {
+		e = &terms{changed: make(chan struct{})}
+		s.terms[name] = e
+	}
+	return e
+}
+
+// CampaignWake is the name under which Subscribe announces the end of a term.
+func (d *memDriver) CampaignWake(name string) string { return electionKey(name) }
+
+func (d *memDriver) Leader(ctx context.Context, name string) (driver.Leader, error) {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.terms[name]
+	if held, ok := s.held(electionKey(name), time.Now()); ok && e != nil && held.owner == e.current {
+		return driver.Leader{Value: e.value, Token: e.current.token}, nil
+	}
+	return driver.Leader{}, fmt.Errorf("%w: election %q", dlock.ErrNoLeader, name)
+}
+
+// WatchLeaders reports the live leader, then every term from the Store's record.
+func (d *memDriver) WatchLeaders(ctx context.Context, name string, after uint64, found func(driver.Leader)) error {
+	if l, err := d.Leader(ctx, name); err == nil && l.Token > after {
+		found(l)
+		after = l.Token
+	}
+	s := d.s
+	for {
+		s.mu.Lock()
+		e := s.election(name)
+		var next []driver.Leader
+		for _, t := range e.log {
+			if t.Token > after {
+				next = append(next, t)
+			}
+		}
+		changed := e.changed
+		s.mu.Unlock()
+		for _, t := range next {
+			found(t)
+			after = t.Token
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,316 @@
+package mysqllock
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// The fair mode (WithFIFO): the table's lock, granted in arrival order from a queue of
+// waiters kept in a second table (the lock table's name + "_queue"). Each waiter's
+// row has a deadline it renews every third of its TTL, so a waiter that crashed stops
+// counting at its deadline.
+
+// QueueSuffix is appended to the lock table's name to name its queue table.
+const QueueSuffix = "_queue"
+
+// createQueue: seq orders the waiters (AUTO_INCREMENT: later rows get larger
+// numbers), waiter is the owner value the waiter will lock with.
+const createQueue = `CREATE TABLE IF NOT EXISTS %s (
+  seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+  lock_key VARBINARY(255) NOT NULL,
+  waiter   BINARY(16) NOT NULL,
+  deadline DATETIME(6) NOT NULL,
+  PRIMARY KEY (seq),
+  UNIQUE KEY (waiter),
+  KEY (lock_key, seq)
+) ENGINE=InnoDB`
+
+// The condition under which the fair statements take the lock, and what they return
+// otherwise. %[1]s is the lock table, %[2]s the queue table. A live waiter is one
+// whose deadline has not passed by the server's clock.
+const (
+	// fairFree: the lock is free and no one waits. Argument: key.
+	fairFree = `expires_at <= UTC_TIMESTAMP(6) AND NOT EXISTS (SELECT 1 FROM %[2]s WHERE lock_key = ? AND deadline > UTC_TIMESTAMP(6))`
+	// fairMine: the lock is free and the caller is the first live waiter.
+	// Arguments: key, waiter.
+	fairMine = `expires_at <= UTC_TIMESTAMP(6) AND (SELECT waiter FROM %[2]s WHERE lock_key = ? AND deadline > UTC_TIMESTAMP(6) ORDER BY seq LIMIT 1) = ?`
+	// fairAhead: how many live waiters are ahead of the caller's seq. Arguments: key, seq.
+	fairAhead = `(SELECT COUNT(*) FROM %[2]s WHERE lock_key = ? AND deadline > UTC_TIMESTAMP(6) AND seq < ?)`
+)
+
+// fairAcquireSQL is acquireSQL with cond (fairFree or fairMine) deciding the grant.
+// The busy answer in LAST_INSERT_ID is busyFlag + ahead×2^40 + the holder's remaining
+// microseconds (at most 2^40−1). Arguments: key, owner, ttl µs, cond's, ahead's, cond's,
+// owner, owner, ttl µs.
+const fairAcquireSQL = `INSERT INTO %[1]s (lock_key, owner, token, expires_at)
+VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+  token = IF(%[3]s,
+             LAST_INSERT_ID(token + 1),
+             token + LEAST(0, LAST_INSERT_ID(%[5]d + LEAST(%[4]s, 2097151) * 1099511627776 +
+               LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0), 1099511627775)))),
+  owner = IF(%[3]s, ?, owner),
+  expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
+
+// The queue's statements. %s is the queue table.
+const (
+	// enqueueSQL: arguments key, waiter, waiter TTL µs; LAST_INSERT_ID is the seq.
+	enqueueSQL = `INSERT INTO %s (lock_key, waiter, deadline) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+	// renewSQL: arguments waiter TTL µs, waiter.
+	renewSQL = `UPDATE %s SET deadline = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE waiter = ?`
+	// dequeueSQL drops the waiter's row and the key's rows whose deadline passed.
+	// Arguments: waiter, key.
+	dequeueSQL = `DELETE FROM %s WHERE waiter = ? OR (lock_key = ? AND deadline <= UTC_TIMESTAMP(6))`
+)
+
+// aheadShift is where the busy answer of fairAcquireSQL keeps the waiters ahead.
+const aheadShift = 40
+
+type fairStatements struct{ try, claim, enqueue, renew, dequeue *sql.Stmt }
+
+func (s *fairStatements) list() []*sql.Stmt {
+	return []*sql.Stmt{s.try, s.claim, s.enqueue, s.renew, s.dequeue}
+}
+
+// prepareFair prepares the fair mode's statements on the tables t (quoted) and q.
+func prepareFair(ctx context.Context, db *sql.DB, t, q string) (*fairStatements, error) {
+	var s fairStatements
+	var err error
+	prep := func(dst **sql.Stmt, query string) {
+		if err == nil {
+			*dst, err = db.PrepareContext(ctx, query)
+		}
+	}
+	prep(&s.try, fmt.Sprintf(fairAcquireSQL, t, q, fmt.Sprintf(fairFree, t, q), "0", busyFlag))
+	prep(&s.claim, fmt.Sprintf(fairAcquireSQL, t, q, fmt.Sprintf(fairMine, t, q), fmt.Sprintf(fairAhead, t, q), busyFlag))
+	prep(&s.enqueue, fmt.Sprintf(enqueueSQL, q))
+	prep(&s.renew, fmt.Sprintf(renewSQL, q))
+	prep(&s.dequeue, fmt.Sprintf(dequeueSQL, q))
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (s *fairStatements) close() {
+	for _, st := range s.list() {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// fairTableDriver is New with WithFIFO.
+type fairTableDriver struct{ *tableDriver }
+
+var _ driver.Waiter = fairTableDriver{}
+
+// TryLock takes the lock only if it is free and no one waits.
+func (d fairTableDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	lk, err := d.newLock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	s := lk.s
+	us := micros(ttl)
+	res, err := exec(ctx, s.fair.try, lk.key, lk.owner[:], us, lk.key, lk.key, lk.owner[:], lk.owner[:], us)
+	if busy, _, ok := fairBusy(res, err); ok {
+		return nil, driver.Busy(busy)
+	}
+	return lk.granted(ctx, res, err)
+}
+
+// fairBusy reads the busy answer of a fair statement: the holder's remaining time
+// and the waiters ahead; ok is false when the statement took the lock or failed.
+func fairBusy(res sql.Result, err error) (remaining time.Duration, ahead int, ok bool) {
+	if err != nil {
+		return 0, 0, false
+	}
+	id, err := res.LastInsertId()
+	if err != nil || id&busyFlag == 0 {
+		return 0, 0, false
+	}
+	v := id &^ busyFlag
+	return time.Duration(v&(1<<aheadShift-1)) * time.Microsecond, int(v >> aheadShift), true
+}
+
+// Lock tries once; when the lock is held or others wait it joins the queue and asks
+// again — the first waiter often (every 1 ms, doubling up to 64 ms, cut to the
+// holder's remaining time), the others the less often the further back they are
+// (2 ms × 2^ahead) — renewing its place every third of ttl. When ctx ends it leaves
+// the queue (and gives back a lock granted to a request whose reply it did not wait
+// for).
+func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	lk, err := d.TryLock(ctx, key, ttl)
+	if err == nil || !isBusy(err) {
+		return lk, waitErr(ctx, err)
+	}
+	me, err := d.newLock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	s := me.s
+	us := micros(ttl)
+	res, err := exec(ctx, s.fair.enqueue, me.key, me.owner[:], us)
+	var seq int64
+	if err == nil {
+		seq, err = res.LastInsertId()
+	}
+	if err != nil {
+		d.leave(me)
+		return nil, waitErr(ctx, fmt.Errorf("mysqllock: join the queue: %w", err))
+	}
+	renewEvery := max(ttl/3, time.Millisecond)
+	renewAt := time.Now().Add(renewEvery)
+	headPause := time.Millisecond
+	pace := pacer{per: 2 * time.Millisecond}
+	for {
+		me.validFrom = time.Now()
+		res, err := exec(ctx, s.fair.claim, me.key, me.owner[:], us, me.key, me.owner[:], me.key, seq,
+			me.key, me.owner[:], me.owner[:], me.owner[:], us)
+		remaining, ahead, busy := fairBusy(res, err)
+		if isDeadlock(err) {
+			// InnoDB rolled the claim back for a concurrent statement on the queue:
+			// nothing was taken; ask again shortly.
+			busy, ahead, remaining = true, 0, 0
+		}
+		if !busy {
+			// Leave the queue whenever the claim answered, also if ctx ended just
+			// after: a granted lock is returned then, and a row left behind would
+			// stand first in the queue until its deadline.
+			if err == nil {
+				d.dequeue(me)
+			}
+			lk, err := me.granted(ctx, res, err)
+			if err != nil {
+				d.leave(me)
+				return nil, waitErr(ctx, err)
+			}
+			return lk, nil
+		}
+		if time.Now().After(renewAt) {
+			renewAt = time.Now().Add(renewEvery)
+			ok, err := affected(exec(ctx, s.fair.renew, us, me.owner[:]))
+			if err == nil && !ok { // dropped (it did not renew in time): queue again
+				var res sql.Result
+				res, err = exec(ctx, s.fair.enqueue, me.key, me.owner[:], us)
+				if err == nil {
+					seq, err = res.LastInsertId()
+				}
+			}
+			if err != nil {
+				d.leave(me)
+				return nil, waitErr(ctx, fmt.Errorf("mysqllock: renew the place in the queue: %w", err))
+			}
+		}
+		var pause time.Duration
+		if ahead == 0 {
+			pause = headPause
+			if remaining > 0 {
+				pause = min(pause, remaining+time.Millisecond)
+			}
+			headPause = min(2*headPause, 64*time.Millisecond)
+		} else {
+			headPause = time.Millisecond
+			pause = pace.next(ahead, time.Now())
+		}
+		t := time.NewTimer(min(pause, time.Until(renewAt)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			d.leave(me)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// pacer paces a queued waiter's looks at the queue by how fast it moves: a waiter
+// with ahead waiters before it looks again after about half the time they should
+// take, so that it looks a few times while it moves up (about log2(ahead) times)
+// and is not asleep when its turn comes. A fixed backoff by place instead leaves
+// the waiter next in line asleep for the pause it chose further back.
+type pacer struct {
+	per   time.Duration // the time one hand-off takes, as last seen
+	ahead int           // waiters ahead at the last look that saw a change (0: none yet)
+	at    time.Time     // when
+}
+
+// maxQueuePause bounds a queued waiter's pause: a crashed waiter ahead is dropped at
+// its deadline, and the queue moves on without anyone's release to tell.
+const maxQueuePause = 256 * time.Millisecond
+
+// next records a look that found ahead waiters before ours at now and returns how
+// long to pause before the next.
+func (p *pacer) next(ahead int, now time.Time) time.Duration {
+	switch {
+	case p.ahead == 0:
+	case ahead < p.ahead:
+		p.per = (p.per + now.Sub(p.at)/time.Duration(p.ahead-ahead)) / 2
+	case ahead == p.ahead:
+		p.per = max(p.per, now.Sub(p.at)) // no one moved since: hand-offs take longer
+		return min(max(p.per*time.Duration(ahead)/2, time.Millisecond), maxQueuePause)
+	}
+	p.ahead, p.at = ahead, now
+	return min(max(p.per*time.Duration(ahead)/2, time.Millisecond), maxQueuePause)
+}
+
+// newLock returns an ungranted lock of key with a new random owner value (and the
+// prepared statements).
+func (d *tableDriver) newLock(ctx context.Context, key string) (*tableLock, error) {
+	s, err := d.stmts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lk := &tableLock{d: d, s: s, key: []byte(key)}
+	if _, err := rand.Read(lk.owner[:]); err != nil {
+		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
+	}
+	return lk, nil
+}
+
+// dequeue deletes the waiter's row (and the key's expired rows), best effort: a row
+// left behind stops counting at its deadline.
+func (d fairTableDriver) dequeue(l *tableLock) {
+	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
+	defer cancel()
+	_, _ = exec(ctx, l.s.fair.dequeue, l.owner[:], l.key)
+}
+
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == erLockDeadlock
+}
+
+// leave takes the waiter out of the queue and frees the lock if a request whose
+// reply it did not wait for took it.
+func (d fairTableDriver) leave(l *tableLock) {
+	d.dequeue(l)
+	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
+	defer cancel()
+	_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
+}
+
+func isBusy(err error) bool {
+	var b *driver.BusyError
+	return errors.As(err, &b)
+}
+
+// waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.
+func waitErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return err
+}

@@ -1,0 +1,309 @@
+package mysqllock
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Semaphores and read-write locks live in a second table, HoldersTable(table): per
+// key one settings row (owner all zero bytes: the kind, a semaphore's limit, the last
+// token) and one row per holder (its owner, mode and expiry on the database
+// server's clock). An acquire is one transaction: it locks the key's rows (SELECT …
+// FOR UPDATE), decides, and writes the settings and its holder row in one
+// statement — four round trips with BEGIN and COMMIT, against one for the mutex.
+// Refresh and release are one owner-checked statement each. The settings row is
+// kept, so tokens keep counting up per key. There is no queue: waiters poll (cut to
+// the first holder's remaining time), with neither order nor writer preference.
+
+// HoldersTable is the name of the table of the semaphores and read-write locks that
+// go with the lock table named table.
+func HoldersTable(table string) string { return table + "_holders" }
+
+const createHolders = `CREATE TABLE IF NOT EXISTS %s (
+  lock_key   VARBINARY(255) NOT NULL,
+  owner      BINARY(16) NOT NULL,
+  kind       VARCHAR(16) NOT NULL,
+  lim        INT NOT NULL,
+  token      BIGINT UNSIGNED NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (lock_key, owner)
+) ENGINE=InnoDB`
+
+func migrateHolders(ctx context.Context, db *sql.DB, table string) error {
+	name := HoldersTable(table)
+	if len([]rune(name)) > 64 {
+		return fmt.Errorf("mysqllock: table name %q: the holders table %q would be longer than 64 characters", table, name)
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(createHolders, quoteIdent(name))); err != nil {
+		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(name), err)
+	}
+	return nil
+}
+
+// settingsOwner marks a key's settings row.
+var settingsOwner = make([]byte, 16)
+
+const (
+	// primRowsSQL reads (and locks) a key's rows. Argument: key.
+	primRowsSQL = `SELECT owner, kind, lim, token, expires_at > UTC_TIMESTAMP(6),
+  GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)
+FROM %s WHERE lock_key = ? FOR UPDATE`
+	// primGrantSQL writes the settings and the new holder. Arguments: key, settings
+	// owner, kind, limit, token; key, owner, mode, token, ttl µs.
+	primGrantSQL = `INSERT INTO %s (lock_key, owner, kind, lim, token, expires_at) VALUES
+  (?, ?, ?, ?, ?, ` + freeAt + `),
+  (?, ?, ?, 0, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE kind = VALUES(kind), lim = VALUES(lim), token = VALUES(token), expires_at = VALUES(expires_at)`
+	// primSweepSQL deletes a key's expired holders. Arguments: key, settings owner.
+	primSweepSQL = `DELETE FROM %s WHERE lock_key = ? AND owner <> ? AND expires_at <= UTC_TIMESTAMP(6)`
+	// primRefreshSQL extends a live holder. Arguments: ttl µs, key, owner.
+	primRefreshSQL = `UPDATE %s SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+	// primReleaseSQL deletes a live holder. Arguments: key, owner.
+	primReleaseSQL = `DELETE FROM %s WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+	// primTidySQL deletes a holder, live or not. Arguments: key, owner.
+	primTidySQL = `DELETE FROM %s WHERE lock_key = ? AND owner = ?`
+)
+
+const (
+	kindSemaphore = "semaphore"
+	kindRW        = "rwlock"
+	modePermit    = "permit"
+	modeShared    = "shared"
+	modeExclusive = "exclusive"
+)
+
+type primStatements struct{ rows, grant, sweep, refresh, release, tidy *sql.Stmt }
+
+func (s *primStatements) close() {
+	for _, st := range []*sql.Stmt{s.rows, s.grant, s.sweep, s.refresh, s.release, s.tidy} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// primStmts prepares the primitives' statements on first use.
+func (d *tableDriver) primStmts(ctx context.Context) (*primStatements, error) {
+	return prepareOnce(ctx, d, &d.prims, HoldersTable(d.cfg.table), func(s *primStatements) []stmtDef {
+		return []stmtDef{{&s.rows, primRowsSQL}, {&s.grant, primGrantSQL},
+			{&s.sweep, primSweepSQL}, {&s.refresh, primRefreshSQL}, {&s.release, primReleaseSQL}, {&s.tidy, primTidySQL}}
+	})
+}
+
+// prepareOnce returns *slot, first preparing a T's statements (defs) on table once
+// the lock table's are (the lock table, and WithMigrate every table, exists then);
+// a failure is returned and tried again next time.
+func prepareOnce[T any](ctx context.Context, d *tableDriver, slot **T, table string, defs func(*T) []stmtDef) (*T, error) {
+	if _, err := d.stmts(ctx); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, dlock.ErrClosed
+	}
+	if *slot != nil {
+		return *slot, nil
+	}
+	s := new(T)
+	if err := d.prepareOn(ctx, table, defs(s)); err != nil {
+		return nil, err
+	}
+	*slot = s
+	return s, nil
+}
+
+func (d *tableDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
+	return d.primAcquire(ctx, key, kindSemaphore, limit, modePermit, ttl)
+}
+
+func (d *tableDriver) TryLockRW(ctx context.Context, key string, shared bool, ttl time.Duration) (driver.Lock, error) {
+	mode := modeExclusive
+	if shared {
+		mode = modeShared
+	}
+	return d.primAcquire(ctx, key, kindRW, 0, mode, ttl)
+}
+
+// primRow is one row of a key, as primRowsSQL reads it.
+type primRow struct {
+	owner     []byte
+	kind      string
+	lim       int
+	token     uint64
+	live      bool
+	remaining int64 // µs
+}
+
+func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit int, mode string, ttl time.Duration) (driver.Lock, error) {
+	s, err := d.primStmts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lk := &primLock{s: s, key: []byte(key), owner: newOwner()}
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	rows, err := d.primRows(ctx, tx, s, lk.key)
+	if err != nil {
+		return nil, busyOnDeadlock(err)
+	}
+	var settings *primRow
+	var live []primRow
+	expired := false
+	for i := range rows {
+		switch r := &rows[i]; {
+		case string(r.owner) == string(settingsOwner):
+			settings = r
+		case r.live:
+			live = append(live, *r)
+		default:
+			expired = true
+		}
+	}
+	if len(live) > 0 && settings != nil {
+		switch {
+		case settings.kind != kind:
+			return nil, fmt.Errorf("%w: %q is in use as a %s", dlock.ErrConflict, key, settings.kind)
+		case kind == kindSemaphore && settings.lim != limit:
+			return nil, fmt.Errorf("%w: %q is in use as a semaphore with limit %d", dlock.ErrConflict, key, settings.lim)
+		}
+	}
+	if full(kind, limit, mode, live) {
+		first := live[0].remaining
+		for _, r := range live {
+			first = min(first, r.remaining)
+		}
+		return nil, driver.Busy(time.Duration(first) * time.Microsecond)
+	}
+	if expired {
+		if _, err := tx.StmtContext(ctx, s.sweep).ExecContext(ctx, lk.key, settingsOwner); err != nil {
+			return nil, busyOnDeadlock(err)
+		}
+	}
+	lk.token = 1
+	if settings != nil {
+		lk.token = settings.token + 1
+	}
+	if _, err := tx.StmtContext(ctx, s.grant).ExecContext(ctx, lk.key, settingsOwner, kind, limit, lk.token,
+		lk.key, lk.owner, mode, lk.token, micros(ttl)); err != nil {
+		return nil, busyOnDeadlock(err)
+	}
+	if err := tx.Commit(); err != nil {
+		if ctx.Err() != nil { // the commit may have reached the server: undo what it may have granted
+			lk.tidy()
+		}
+		return nil, busyOnDeadlock(err)
+	}
+	return lk, nil
+}
+
+func (d *tableDriver) primRows(ctx context.Context, tx *sql.Tx, s *primStatements, key []byte) ([]primRow, error) {
+	rs, err := tx.StmtContext(ctx, s.rows).QueryContext(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []primRow
+	for rs.Next() {
+		var r primRow
+		if err := rs.Scan(&r.owner, &r.kind, &r.lim, &r.token, &r.live, &r.remaining); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rs.Err()
+}
+
+// full reports whether the live holders leave no room for mode.
+func full(kind string, limit int, mode string, live []primRow) bool {
+	switch {
+	case kind == kindSemaphore:
+		return len(live) >= limit
+	case mode == modeExclusive:
+		return len(live) > 0
+	}
+	for _, r := range live {
+		if r.kind == modeExclusive {
+			return true
+		}
+	}
+	return false
+}
+
+// busyOnDeadlock turns InnoDB's deadlock and lock-wait errors (two acquirers of one
+// fresh key) into Busy, and wraps the rest.
+func busyOnDeadlock(err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erLockWaitTimeout || me.Number == erDupEntry) {
+		return driver.Busy(0)
+	}
+	return fmt.Errorf("mysqllock: acquire: %w", err)
+}
+
+const (
+	erLockWaitTimeout = 1205
+	erDupEntry        = 1062
+)
+
+func newOwner() []byte {
+	var b [16]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if string(b[:]) != string(settingsOwner) {
+			return b[:]
+		}
+	}
+}
+
+// primLock is one lease of a semaphore or read-write lock.
+type primLock struct {
+	s     *primStatements
+	key   []byte
+	owner []byte
+	token uint64
+}
+
+func (l *primLock) Token() uint64 { return l.token }
+
+func (l *primLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner))
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqllock: refresh: %w", err)
+	case !ok:
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+func (l *primLock) Unlock(ctx context.Context) error {
+	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner))
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqllock: release: %w", err)
+	case !ok:
+		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner) // expired: remove the row all the same
+		return dlock.ErrNotHeld
+	}
+	return nil
+}
+
+// tidy deletes the holder row, best effort, with a fresh short context.
+func (l *primLock) tidy() {
+	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
+	defer cancel()
+	_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner)
+}

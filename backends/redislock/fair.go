@@ -1,0 +1,115 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisops"
+)
+
+// fairDriver is New with WithFIFO: the same lock, granted in arrival order from a
+// queue of waiters that the store keeps (redisops.FairAcquire). A waiter renews its
+// place every third of its TTL, so a waiter that crashed is dropped within its TTL;
+// a release names the first waiter on the release channel, and a waiter also looks
+// again at each renewal and when the holder's TTL runs out, so that no single lost
+// message stalls the queue.
+type fairDriver struct{ *redisDriver }
+
+var _ driver.Waiter = fairDriver{}
+
+// TryLock takes the lock only if it is free and no one waits.
+func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	lk, res, err := d.attempt(ctx, key, redisops.NewValue(), ttl, false)
+	if lk != nil || err != nil {
+		return lk, err
+	}
+	return nil, driver.Busy(res.Holder)
+}
+
+// Lock joins key's queue and waits for its turn: woken by a release naming it, at
+// each renewal of its place (every third of ttl), and when the holder's TTL runs
+// out. When ctx ends it leaves the queue (and gives back a lock granted to a request
+// whose reply it did not wait for).
+func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	value := redisops.NewValue()
+	lk, res, err := d.attempt(ctx, key, value, ttl, true)
+	if lk != nil || err != nil {
+		return lk, waitErr(ctx, err)
+	}
+	var wake <-chan struct{}
+	if w, stop, err := d.releases.SubscribeTurn(ctx, key, value); err == nil {
+		defer stop()
+		wake = w
+	} // else the Locker is closing: ctx ends the wait
+	renew := max(ttl/3, time.Millisecond)
+	for {
+		// Look again at once after subscribing: the release may have come before.
+		if lk, res, err = d.attempt(ctx, key, value, ttl, true); lk != nil || err != nil {
+			return lk, waitErr(ctx, err)
+		}
+		delay := renew
+		switch {
+		case !res.Free && res.Holder > 0:
+			delay = min(delay, res.Holder+time.Millisecond)
+		case res.Free && res.Place == 1:
+			// The first waiter has not taken the free lock: if it is gone, it is
+			// dropped at its deadline, and this waiter comes next.
+			delay = min(delay, res.HeadDeadline+time.Millisecond)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			d.leave(key, value)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// attempt runs redisops.FairAcquire once for value (joining or staying in the queue
+// with wait); on an error after which the script may have run it leaves the queue
+// and gives back what it may have been granted.
+func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Duration, wait bool) (driver.Lock, redisops.FairResult, error) {
+	var res redisops.FairResult
+	sent := time.Now()
+	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
+		var err error
+		res, err = redisops.FairAcquire(ctx, s, key, value, ttl, wait, ttl)
+		return res.Acquired, err
+	})
+	if err != nil {
+		if res.Acquired || !redisops.IsReply(err) || wait {
+			d.leave(key, value)
+		}
+		return nil, res, err
+	}
+	if !res.Acquired {
+		return nil, res, nil
+	}
+	return &redisLock{d: d.redisDriver, key: key, value: value, token: res.Token, fair: true, validFrom: sent}, res, nil
+}
+
+// leave takes value out of key's queue and gives back the lock if it holds it, best
+// effort, with a fresh context: what it misses is dropped at the waiter's deadline
+// or the lock's TTL.
+func (d fairDriver) leave(key, value string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, _ = redisops.FairRelease(ctx, d.c, key, value, true)
+}
+
+// waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.
+func waitErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return err
+}
