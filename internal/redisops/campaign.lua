@@ -11,7 +11,10 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
+-- The term is set last: Redis does not undo a script's writes before a command
+-- that fails (e.g. XADD refused by the user's ACL), and a term left set by a
+-- failed campaign would keep every candidate out until its TTL.
 local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'token', token, 'value', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, token}
