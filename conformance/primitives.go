@@ -167,7 +167,8 @@ func (s *suite) primClose(f family) func(*testing.T, *verdict) {
 	}
 }
 
-// primDoneAndErr: Done and Err of a lease through release, expiry and loss.
+// primDoneAndErr: Done and Err of a lease of family f through release, expiry and
+// loss (the mutex's too: doneAndErr).
 func (s *suite) primDoneAndErr(f family) func(*testing.T, *verdict) {
 	return func(t *testing.T, v *verdict) {
 		a := s.client(t)

@@ -557,39 +557,14 @@ func (s *suite) concurrentUse(t *testing.T, v *verdict) {
 	}
 }
 
+// doneAndErr: Done and Err of a lease through release, expiry and loss (as for
+// every primitive), and through the loss of its lock to a deletion while it renews.
 func (s *suite) doneAndErr(t *testing.T, v *verdict) {
-	a := s.client(t)
-	k := key(t, "done")
-	la := mustAcquire(t, a, k, dlock.WithTTL(30*time.Second))
-	if isDone(la) || la.Err() != nil {
-		v.violated("a fresh lease: want Done open and Err nil, got Err %v", la.Err())
-	}
-	release(t, la)
-	if !isDone(la) || !errors.Is(la.Err(), dlock.ErrReleased) {
-		v.violated("after Release: want Done closed and ErrReleased, got %v", la.Err())
-	}
-
-	if s.caps.PerLeaseTTL {
-		ttl := s.unit
-		la = mustAcquire(t, a, key(t, "done-expiry"), dlock.WithTTL(ttl))
-		if _, ok := waitDone(t, la, ttl+5*time.Second); !ok || !errors.Is(la.Err(), dlock.ErrExpired) {
-			v.violated("a lease past its ttl %v: want Done closed with ErrExpired, got %v", ttl, la.Err())
-		}
-	}
-
-	if vanisher, ok := s.h.(Vanisher); ok && !s.caps.PerLeaseTTL {
-		lost := s.client(t)
-		la = mustAcquire(t, lost, key(t, "done-vanish"))
-		vanisher.Vanish(t, lost)
-		if _, ok := waitDone(t, la, s.caps.SessionTimeout+10*time.Second); !ok || !errors.Is(la.Err(), dlock.ErrLost) {
-			v.violated("a lease whose client vanished (session timeout %v): want Done closed with ErrLost, got %v", s.caps.SessionTimeout, la.Err())
-		}
-	}
-
+	s.primDoneAndErr(mutexFamily)(t, v)
 	if d, ok := s.h.(KeyDeleter); ok && s.caps.Refresh {
 		ttl := 2 * s.unit
 		k := key(t, "done-lost")
-		la = mustAcquire(t, a, k, dlock.WithTTL(ttl), dlock.WithAutoRenew())
+		la := mustAcquire(t, s.client(t), k, dlock.WithTTL(ttl), dlock.WithAutoRenew())
 		d.DeleteKey(t, k)
 		if _, ok := waitDone(t, la, 2*ttl+5*time.Second); !ok || !errors.Is(la.Err(), dlock.ErrLost) {
 			v.violated("an auto-renewed lease whose lock was deleted: want Done closed with ErrLost, got %v", la.Err())

@@ -99,13 +99,15 @@ func (h keyed) TryAcquire(ctx context.Context, opts ...dlock.Option) (dlock.Leas
 }
 
 // mutexSubject is the mutex in the fault campaign: one lease fills it.
+// mutexFamily is the mutex seen as a family: the handle is the key itself.
+var mutexFamily = family{name: "lock",
+	contender: func(t testing.TB, l dlock.Locker, k string) handle { return keyed{l, k} },
+	fill: func(t testing.TB, l dlock.Locker, k string, opts ...dlock.Option) ([]dlock.Lease, error) {
+		return tryAll(t, []handle{keyed{l, k}}, opts...)
+	}}
+
 func mutexSubject(f *faults) *subject {
-	fam := family{name: "lock",
-		contender: func(t testing.TB, l dlock.Locker, k string) handle { return keyed{l, k} },
-		fill: func(t testing.TB, l dlock.Locker, k string, opts ...dlock.Option) ([]dlock.Lease, error) {
-			return tryAll(t, []handle{keyed{l, k}}, opts...)
-		}}
-	return &subject{f: f, trialsOf: func(s spec.Scenario) int { return trials(f.caps, s) }, fam: fam, bound: spec.MutualExclusion, returns: spec.DeadlockFreedom, gaugeMax: 1, tokens: f.caps.Fencing,
+	return &subject{f: f, trialsOf: func(s spec.Scenario) int { return trials(f.caps, s) }, fam: mutexFamily, bound: spec.MutualExclusion, returns: spec.DeadlockFreedom, gaugeMax: 1, tokens: f.caps.Fencing,
 		contend: func(t testing.TB, l dlock.Locker, k string, _, _ int) (handle, bool) { return keyed{l, k}, true }}
 }
 
