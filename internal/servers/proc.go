@@ -161,6 +161,11 @@ func (p *proc) start() error {
 	if p.done != nil && !isClosed(p.done) {
 		return fmt.Errorf("%s: already running", p.name)
 	}
+	if dockerOnly() && !p.inContainer() {
+		// Every server must come from its image then: a local process here is a server
+		// kind that bypasses command() and would fail on a machine without the binary.
+		return fmt.Errorf("servers: %s=docker, but %s was about to start as a local process (%s)", EnvServers, p.name, p.path)
+	}
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

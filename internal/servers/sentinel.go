@@ -255,7 +255,7 @@ func (g *RedisSentinelGroup) Close() error {
 
 // startSentinel starts a sentinel monitoring master under name (quorum 2).
 func startSentinel(ctx context.Context, name, master string) (*Redis, error) {
-	bin, err := redisBinary()
+	bin, image, err := command("redis-server", RedisImage, redisBinary)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func startSentinel(ctx context.Context, name, master string) (*Redis, error) {
 			return nil, err
 		}
 		s.p = &proc{name: "redis-sentinel " + s.addr, path: bin, args: []string{conf, "--sentinel"}, dir: dir,
-			logPath: filepath.Join(dir, "sentinel.log")}
+			logPath: filepath.Join(dir, "sentinel.log"), image: image}
 		err = s.p.startReady(ctx, s.ready)
 		if err == nil {
 			return s, nil
