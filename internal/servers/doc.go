@@ -26,7 +26,7 @@
 //     DLOCK_ETCD_IMAGE).
 //
 // DLOCK_SERVERS chooses: "local" (binaries only), "docker" (containers only, etcd
-// included), or "auto" / unset: each kind from its binary when installed, else
+// included; a server about to start as a local process is then an error), or "auto" / unset: each kind from its binary when installed, else
 // from a container when a Docker engine answers (etcd stays embedded). The same
 // handles and fault methods serve both ways: Kill is a SIGKILL of the process
 // group or `docker kill`, Pause a SIGSTOP or `docker pause` (the cgroup freezer),
