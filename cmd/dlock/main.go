@@ -1,5 +1,8 @@
-// Command dlock runs commands under distributed locks, checks lock services against
-// dlock's conformance suite, and compares backends.
+// Command dlock runs commands under distributed locks and leader elections, and checks
+// lock services against dlock's conformance suite: run, check (--doctor), elect,
+// leader. It links the library, its backends, the suite and the Prometheus adapter
+// only; the comparison of backends and libraries is the lab's command, dlock-lab
+// (github.com/dlock-go/dlock/lab/cmd/dlock-lab).
 //
 //	dlock run --url redis://127.0.0.1:6379 --key nightly-backup -- ./backup.sh
 //

@@ -1,5 +1,5 @@
 // Package measure holds the measurements every benchmark of dlock makes — Go
-// benchmarks in the backend packages and `dlock bench` alike — so that numbers from
+// benchmarks in the backend packages and `dlock-lab bench` alike — so that numbers from
 // different backends and peers mean the same thing.
 package measure
 

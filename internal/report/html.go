@@ -21,6 +21,7 @@ import (
 func (r *Report) HTML() ([]byte, error) {
 	type cellView struct {
 		Class, Text, Title string
+		Links              []link // the cell's kept histories and visualizations
 	}
 	type rowView struct {
 		Backend string
@@ -38,7 +39,7 @@ func (r *Report) HTML() ([]byte, error) {
 			rv := rowView{Backend: row}
 			for _, col := range m.Cols {
 				c, ok := m.Cell[[2]string{row, col}]
-				rv.Cells = append(rv.Cells, cellView{Class: kind(c, ok), Text: textCell(c, ok), Title: cellTitle(c, ok)})
+				rv.Cells = append(rv.Cells, cellView{Class: kind(c, ok), Text: textCell(c, ok), Title: cellTitle(c, ok), Links: cellLinks(c)})
 			}
 			mv.Rows = append(mv.Rows, rv)
 		}
@@ -69,6 +70,22 @@ func (r *Report) HTML() ([]byte, error) {
 		return nil, fmt.Errorf("report: html: %w", err)
 	}
 	return b.Bytes(), nil
+}
+
+// link is one file a cell links to.
+type link struct{ Href, Text string }
+
+// cellLinks are the histories (h1, h2, …) and porcupine's visualizations (v1, …) a
+// cell kept, relative to the report.
+func cellLinks(c results.Cell) []link {
+	var out []link
+	for i, h := range c.Visualizations {
+		out = append(out, link{h, fmt.Sprintf("v%d", i+1)})
+	}
+	for i, h := range c.Histories {
+		out = append(out, link{h, fmt.Sprintf("h%d", i+1)})
+	}
+	return out
 }
 
 // plain drops the Markdown emphasis of evidence lines.
@@ -246,7 +263,7 @@ svg .tick { stroke: #1d2430; stroke-width: 2; } svg .max { stroke: #c0392b; stro
 svg .bar { fill: #2f9e6a; } svg .clip { stroke: #fff; stroke-width: 4; }
 .scroll { overflow-x: auto; } table.speed th { white-space: normal; max-width: 9em; }
 .header li { margin: 2px 0; } .evidence li { font-size: 0.85em; margin: 4px 0; }
-#status { font-weight: 600; }
+#status { font-weight: 600; } a.ev { font-size: 0.75em; }
 </style>
 </head>
 <body>
@@ -257,11 +274,12 @@ svg .bar { fill: #2f9e6a; } svg .clip { stroke: #fff; stroke-width: 4; }
 <h2>{{.Title}}</h2>
 <div class="scroll"><table class="matrix">
 <thead><tr><th class="backend">backend</th>{{range .Cols}}<th class="col">{{.}}</th>{{end}}</tr></thead>
-<tbody>{{range .Rows}}<tr><td class="backend">{{.Backend}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}</td>{{end}}</tr>
+<tbody>{{range .Rows}}<tr><td class="backend">{{.Backend}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}{{range .Links}} <a class="ev" href="{{.Href}}">{{.Text}}</a>{{end}}</td>{{end}}</tr>
 {{end}}</tbody>
 </table></div>
 {{end}}
-{{if .Matrices}}<p class="legend">{{range .Legend}}<span class="{{.Kind}}">{{.Text}}</span>{{end}}</p>{{end}}
+{{if .Matrices}}<p class="legend">{{range .Legend}}<span class="{{.Kind}}">{{.Text}}</span>{{end}}</p>
+<p>In a cell: v1 opens porcupine's visualization of a history the checker rejected; h1, h2 the recorded histories (JSON lines: each client's calls and what they returned, the resource's decisions, the faults, on one clock).</p>{{end}}
 {{with .Speed}}
 <h2>Speed</h2>
 <div class="scroll"><table class="speed">

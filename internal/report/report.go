@@ -1,4 +1,4 @@
-// Package report merges what `dlock compare` measures — the conformance and fault
+// Package report merges what `dlock-lab compare` measures — the conformance and fault
 // cells that conformance.Run and conformance.RunFaults save as JSON, and the speed
 // numbers of the benchmarks — into one Report, and renders it as JSON, Markdown, a
 // plain-text summary for a terminal, and a self-contained HTML page with inline SVG
@@ -18,12 +18,15 @@ import (
 	"github.com/dlock-go/dlock/spec"
 )
 
-// Report is everything one `dlock compare` run found.
+// Report is everything one `dlock-lab compare` run found.
 type Report struct {
 	Date    string `json:"date"`    // when the run started (RFC 3339)
 	Machine string `json:"machine"` // OS/arch, CPUs, CPU model, Go version
 	Command string `json:"command"` // how to reproduce the run
-	Trials  int    `json:"trials"`  // trials per fault scenario
+	Trials  int    `json:"trials"`  // exercised trials asked per fault scenario
+	// Campaign is "full" (the committed reports: 20 exercised trials a fault cell)
+	// or "quick" (few trials, minutes); empty in reports older than the choice.
+	Campaign string `json:"campaign,omitempty"`
 	// Cells: backend × scenario × property outcomes. Conformance cells have scenario
 	// "Conformance"; fault cells name their scenario and the property it threatens.
 	Cells []results.Cell `json:"cells"`
@@ -53,6 +56,8 @@ type Speed struct {
 	// started below the limit (quiet). Nil in reports older than the limit.
 	Load  *Load    `json:"load,omitempty"`
 	Notes []string `json:"notes,omitempty"`
+	// Code is the code the benchmarks measured (nil in older reports).
+	Code *results.Code `json:"code,omitempty"`
 }
 
 // ScalePoint is one backend's contended figures with Waiters clients on one key.
@@ -341,10 +346,21 @@ func kind(c results.Cell, ok bool) string {
 
 // legend explains the kinds.
 var legend = []struct{ Kind, Text string }{
-	{"held", "held in every trial, as declared"},
-	{"weak", "violated, as the backend declares (a known weakness, reproduced)"},
+	{"held", "held in every exercised trial, as declared"},
+	{"weak", "violated in k of n exercised trials, as the backend declares (a known weakness, reproduced)"},
 	{"unavailable", "the lock service did not answer (as declared)"},
-	{"surprise", "differs from the declaration: the test failed"},
-	{"sometimes", "marked \"sometimes\": a timing-dependent weakness, declared as such (violated in some trials, not in others)"},
+	{"surprise", "differs from the declaration (a cell none of whose trials was exercised included): the test failed"},
+	{"sometimes", "marked \"sometimes\": a timing-dependent weakness, declared as such, seen in some trials and not in others"},
 	{"na", "not applicable / not run"},
+}
+
+// MarkStale marks the cells (and the speed table) whose code changed since the run:
+// stale maps a cell's Code.Package to the commit it ran on. Renderings then say
+// "stale" with that commit.
+func (r *Report) MarkStale(stale map[string]string) {
+	for i := range r.Cells {
+		if c := r.Cells[i].Code; c != nil {
+			r.Cells[i].Stale = stale[c.Package]
+		}
+	}
 }

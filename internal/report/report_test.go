@@ -17,7 +17,7 @@ func cell(backend, scenario, property string, status, expected spec.Status, tria
 }
 
 func sample() *Report {
-	return &Report{Date: "2026-01-02T03:04:05Z", Machine: "test machine", Command: "dlock compare --x", Trials: 3,
+	return &Report{Date: "2026-01-02T03:04:05Z", Machine: "test machine", Command: "dlock-lab compare --x", Trials: 3,
 		Cells: []results.Cell{
 			// Out of the suite's order on purpose: the matrix puts columns in order.
 			cell("b", "Conformance", "Expiry", spec.Held, spec.Held, 1, 0),
@@ -48,7 +48,7 @@ func TestMatricesOrder(t *testing.T) {
 func TestMarkdown(t *testing.T) {
 	md := sample().Markdown()
 	for _, want := range []string{
-		"- Date: 2026-01-02T03:04:05Z", "- Command: `dlock compare --x`",
+		"- Date: 2026-01-02T03:04:05Z", "- Command: `dlock-lab compare --x`",
 		"| backend | MutualExclusion | Expiry |",
 		"| a | ⚠️ violated | – |", "| b | – | ✅ |",
 		"| backend | HolderCrash | HolderPause |",
@@ -162,23 +162,37 @@ func TestRunCellWinsOverNotApplicable(t *testing.T) {
 	}
 }
 
+// TestSometimesCells: what a cell says comes from its counts. A timing-dependent
+// weakness seen in some exercised trials says "sometimes"; one seen in every trial,
+// or in none, does not, whatever the declaration; trials that were not exercised are
+// counted apart; a cell none of whose trials was exercised is a surprise.
 func TestSometimesCells(t *testing.T) {
+	notEx := cell("d", "Partition", "MutualExclusion", spec.NotExercised, spec.Held, 8, 0)
+	notEx.Exercised = 0
+	partly := cell("e", "Partition", "MutualExclusion", spec.Held, spec.Held, 8, 0)
+	partly.Exercised = 6
 	r := &Report{Trials: 8, Cells: []results.Cell{
 		cell("a", "Partition", "MutualExclusion", spec.Violated, spec.Sometimes, 8, 3),
 		cell("b", "Partition", "MutualExclusion", spec.Held, spec.Sometimes, 8, 0),
+		cell("c", "Partition", "MutualExclusion", spec.Violated, spec.Sometimes, 8, 8),
+		notEx, partly,
 	}}
-	if n := len(r.Surprises()); n != 0 {
-		t.Errorf("%d surprises: held and violated both agree with a Sometimes declaration", n)
+	if n := len(r.Surprises()); n != 1 {
+		t.Errorf("%d surprises, want 1 (the cell none of whose trials was exercised): held and violated both agree with a Sometimes declaration", n)
 	}
 	md := r.Markdown()
-	for _, want := range []string{"| a | ⚠️ violated 3/8 (sometimes) |", "| b | ✅ 8/8 (sometimes) |"} {
+	for _, want := range []string{"| a | ⚠️ violated 3/8 (sometimes) |", "| b | ✅ 8/8 |", "| c | ⚠️ violated 8/8 |",
+		"| d | ❌ not exercised", "| e | ✅ 6/6 (+2 not exercised) |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
 	}
+	if v := Verdict(r.Cells[2]); v != "violated 8/8" {
+		t.Errorf("Verdict of a weakness seen in every trial: %q, want \"violated 8/8\" (never \"sometimes\")", v)
+	}
 	var b strings.Builder
 	r.WriteSummary(&b)
-	if out := b.String(); !strings.Contains(out, "ok?") || !strings.Contains(out, "weak 3/8") {
-		t.Errorf("summary lacks ok? and weak 3/8:\n%s", out)
+	if out := b.String(); !strings.Contains(out, "weak 3/8") || strings.Contains(out, "ok?") {
+		t.Errorf("summary lacks weak 3/8, or says ok?:\n%s", out)
 	}
 }

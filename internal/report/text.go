@@ -48,10 +48,12 @@ func (r *Report) Markdown() string {
 	return b.String()
 }
 
-// Legend explains the symbols of the Markdown matrices.
-const Legend = "Legend: ✅ held (every trial) · ⚠️ violated, a declared weakness reproduced · " +
+// Legend explains the symbols of the Markdown matrices. Counts are of exercised
+// trials: a trial whose fault did not take effect while it mattered does not count.
+const Legend = "Legend: ✅ n/n held in every exercised trial · ⚠️ violated k/n, a declared weakness reproduced in k of n exercised trials · " +
 	"⏸ unavailable · ❌ differs from the declaration (a test failed) · – not applicable · " +
-	"(sometimes): a timing-dependent weakness, declared as such: violated in some trials, not in others."
+	"(sometimes): a timing-dependent weakness, declared as such, seen in some trials and not in others · " +
+	"(+m not exercised): m more trials ran whose fault did not take effect."
 
 // markdown renders one matrix as a Markdown table.
 func (m matrix) markdown() string {
@@ -264,24 +266,46 @@ func (r *Report) FindCell(backend, scenario, property string) (results.Cell, boo
 	return found, ok
 }
 
-// Verdict is a cell in words, for prose: "held 20/20", "violated 4/20 (sometimes)",
-// "unavailable 5.8s", "not applicable", or "FAILED …" for a surprise.
+// Verdict is a cell in words, for prose, from its counts of exercised trials: "held
+// 20/20", "violated 4/20 (sometimes)" (a timing-dependent weakness seen in some
+// trials), "violated 20/20", "unavailable 5.8s", "not applicable", or "FAILED …" for a
+// surprise. A cell whose trials did not all count says how many did not.
 func Verdict(c results.Cell) string {
-	sometimes := ""
-	if c.Expected == spec.Sometimes {
-		sometimes = " (sometimes)"
+	if c.Stale != "" {
+		return verdict(c) + " (stale: ran on " + c.Stale + ")"
 	}
+	return verdict(c)
+}
+
+func verdict(c results.Cell) string {
 	switch kind(c, true) {
 	case "na":
 		return "not applicable"
 	case "held":
-		return fmt.Sprintf("held %d/%d%s", c.Trials, c.Trials, sometimes)
+		return fmt.Sprintf("held %d/%d%s", c.Counted(), c.Counted(), notExercised(c))
 	case "weak":
-		return fmt.Sprintf("violated %d/%d%s", c.Violations, c.Trials, sometimes)
+		return fmt.Sprintf("violated %d/%d%s%s", c.Violations, c.Counted(), sometimesWord(c), notExercised(c))
 	case "unavailable":
 		return "unavailable" + unavailableFor(c)
 	}
 	return fmt.Sprintf("FAILED: %s (declared: %s)", c.Status, c.Expected)
+}
+
+// sometimesWord marks a timing-dependent weakness that showed in some trials only
+// (never one violated in every trial).
+func sometimesWord(c results.Cell) string {
+	if c.Expected == spec.Sometimes && c.SomeTrials() {
+		return " (sometimes)"
+	}
+	return ""
+}
+
+// notExercised says how many of a cell's trials did not count.
+func notExercised(c results.Cell) string {
+	if n := c.Trials - c.Counted(); n > 0 && c.Exercised > 0 {
+		return fmt.Sprintf(" (+%d not exercised)", n)
+	}
+	return ""
 }
 
 func (r *Report) header(b *strings.Builder, bullet string) {
@@ -294,8 +318,11 @@ func (r *Report) header(b *strings.Builder, bullet string) {
 	if r.Command != "" {
 		fmt.Fprintf(b, "%sCommand: `%s`\n", bullet, r.Command)
 	}
+	if r.Campaign != "" {
+		fmt.Fprintf(b, "%sCampaign: %s\n", bullet, campaignWords(r.Campaign))
+	}
 	if r.Trials > 0 {
-		fmt.Fprintf(b, "%sTrials per fault scenario: %d\n", bullet, r.Trials)
+		fmt.Fprintf(b, "%sExercised trials asked per fault scenario: %d\n", bullet, r.Trials)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(b, "%s%s\n", bullet, n)
@@ -303,24 +330,25 @@ func (r *Report) header(b *strings.Builder, bullet string) {
 }
 
 func mdCell(c results.Cell, ok bool) string {
-	counts := ""
-	if ok && c.Trials > 1 {
-		counts = fmt.Sprintf(" %d/%d", c.Violations, c.Trials)
+	if ok && c.Stale != "" {
+		c2 := c
+		c2.Stale = ""
+		return mdCell(c2, ok) + " (stale: " + c.Stale + ")"
 	}
-	sometimes := ""
-	if c.Expected == spec.Sometimes {
-		sometimes = " (sometimes)"
+	counts := ""
+	if ok && c.Counted() > 1 {
+		counts = fmt.Sprintf(" %d/%d", c.Violations, c.Counted())
 	}
 	switch kind(c, ok) {
 	case "none", "na":
 		return "–"
 	case "held":
-		if ok && c.Trials > 1 {
-			return fmt.Sprintf("✅ %d/%d%s", c.Trials, c.Trials, sometimes)
+		if ok && c.Counted() > 1 {
+			return fmt.Sprintf("✅ %d/%d%s", c.Counted(), c.Counted(), notExercised(c))
 		}
-		return "✅" + sometimes
+		return "✅"
 	case "weak":
-		return "⚠️ violated" + counts + sometimes
+		return "⚠️ violated" + counts + sometimesWord(c) + notExercised(c)
 	case "unavailable":
 		return "⏸ unavailable" + unavailableFor(c)
 	}
@@ -397,7 +425,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 		tw.Flush()
 	}
 	if len(r.Cells) > 0 {
-		fmt.Fprintln(w, "\nok = held in every trial · ok? = held, but declared as violated sometimes (timing-dependent) · weak k/n = a declared weakness, reproduced · down = unavailable · - = not applicable · !! = not what the backend declares")
+		fmt.Fprintln(w, "\nok = held in every exercised trial · weak k/n = a declared weakness, reproduced in k of n exercised trials · down = unavailable · - = not applicable · !! = not what the backend declares (not exercised included)")
 	}
 	if r.Speed != nil && len(r.Speed.Rows) > 0 {
 		fmt.Fprintln(w, "\nSpeed")
@@ -424,17 +452,25 @@ func textCell(c results.Cell, ok bool) string {
 	case "none", "na":
 		return "-"
 	case "held":
-		if c.Expected == spec.Sometimes {
-			return "ok?"
-		}
 		return "ok"
 	case "weak":
-		if c.Trials > 1 {
-			return fmt.Sprintf("weak %d/%d", c.Violations, c.Trials)
+		if c.Counted() > 1 {
+			return fmt.Sprintf("weak %d/%d", c.Violations, c.Counted())
 		}
 		return "weak"
 	case "unavailable":
 		return "down"
 	}
 	return "!!" + string(c.Status)
+}
+
+// campaignWords says what a campaign is.
+func campaignWords(c string) string {
+	switch c {
+	case "quick":
+		return "quick (few trials, one benchmark repetition: a first look, not evidence to commit)"
+	case "full":
+		return "full (the committed evidence: 20 exercised trials a fault cell, benchmarks repeated)"
+	}
+	return c
 }

@@ -1,6 +1,6 @@
 // Package results is the exchange format between the conformance suite and the
 // report: the cells that conformance.Run and conformance.RunFaults write as JSON
-// files into $DLOCK_REPORT_DIR, one file per test, for `dlock compare` and
+// files into $DLOCK_REPORT_DIR, one file per test, for `dlock-lab compare` and
 // `dlock check` to read back and render (package report).
 package results
 
@@ -29,15 +29,42 @@ type Cell struct {
 	Status   spec.Status `json:"status"`
 	// Expected is what the backend's declaration predicts; a Cell whose Status
 	// differs is a surprise and fails the test that made it.
-	Expected   spec.Status `json:"expected"`
-	Trials     int         `json:"trials"`
-	Violations int         `json:"violations"`
+	Expected spec.Status `json:"expected"`
+	// Trials is how many trials ran; Exercised how many of them did what the
+	// property or scenario needs to show anything (the others are in Evidence with
+	// the reason); Violations how many the checker found violated.
+	Trials     int `json:"trials"`
+	Exercised  int `json:"exercised"`
+	Violations int `json:"violations"`
+	// Histories are the recorded histories (JSON lines) kept for the cell — every
+	// violated trial's, and the first trial's — and Visualizations porcupine's
+	// rendering of each history it rejected; paths relative to the report directory.
+	Histories      []string `json:"histories,omitempty"`
+	Visualizations []string `json:"visualizations,omitempty"`
+	// Code identifies the code the cell tested (stamped by the lab when it collects
+	// the cell): a cell whose code has changed since is stale.
+	Code *Code `json:"code,omitempty"`
+	// Stale is set by a reader that found the cell's code changed since it ran (the
+	// commit it ran on); renderings say so. Not stored.
+	Stale string `json:"-"`
 	// Evidence: holders, tokens, timings of violations (at most a few), or notes.
 	Evidence    []string      `json:"evidence,omitempty"`
 	Unavailable time.Duration `json:"unavailable_ns,omitempty"`
 	// Margin: for Partition, how long before the next grant the cut-off holder's
 	// lease ended (smallest over the trials; negative would be a violation).
 	Margin time.Duration `json:"margin_ns,omitempty"`
+}
+
+// Code is the code a cell tested: the commit it ran on and a hash of the source of
+// the packages it exercised (the module's packages its test imports, the test's own
+// package included).
+type Code struct {
+	Commit string `json:"commit"`
+	Hash   string `json:"hash"`
+	// Package is the package whose test made the cell.
+	Package string `json:"package"`
+	// Dirty: the working tree differed from Commit when the cell ran.
+	Dirty bool `json:"dirty,omitempty"`
 }
 
 // Surprise reports whether the outcome differs from the expectation. A Sometimes
@@ -49,14 +76,34 @@ func (c Cell) Surprise() bool {
 	return c.Expected != "" && c.Status != c.Expected
 }
 
+// Counted returns the cell's exercised trials: Exercised, or for a cell of a report
+// older than the history checker (which counted every trial), Trials.
+func (c Cell) Counted() int {
+	if c.Exercised == 0 && (c.Status == spec.Held || c.Status == spec.Violated) {
+		return c.Trials
+	}
+	return c.Exercised
+}
+
+// SomeTrials reports whether the cell was violated in some of its exercised trials
+// but not all: what a "sometimes" legend may say, computed from the counts.
+func (c Cell) SomeTrials() bool {
+	return c.Status == spec.Violated && c.Violations < c.Counted()
+}
+
 // ShortStatus renders a cell for a matrix: "held 3/3", "VIOLATED 2/3", "unavailable".
 func (c Cell) ShortStatus() string {
 	s := ""
 	switch c.Status {
 	case spec.Held:
-		s = fmt.Sprintf("held %d/%d", c.Trials-c.Violations, c.Trials)
+		s = fmt.Sprintf("held %d/%d", c.Counted(), c.Counted())
+		if c.Counted() < c.Trials {
+			s += fmt.Sprintf(" (%d not exercised)", c.Trials-c.Counted())
+		}
+	case spec.NotExercised:
+		s = fmt.Sprintf("not exercised in %d trials", c.Trials)
 	case spec.Violated:
-		s = fmt.Sprintf("VIOLATED %d/%d", c.Violations, c.Trials)
+		s = fmt.Sprintf("VIOLATED %d/%d", c.Violations, c.Counted())
 	default:
 		s = string(c.Status)
 	}
@@ -123,14 +170,16 @@ func SaveAtEnd(t *testing.T, kind, backend string, f *File) {
 			return
 		}
 		// The test's name too: one backend may be run by several tests (or twice).
-		name := kind + "-" + fileSafe(backend) + "-" + fileSafe(t.Name()) + ".json"
+		name := kind + "-" + FileSafe(backend) + "-" + FileSafe(t.Name()) + ".json"
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Errorf("report: %v", err)
 		}
 	})
 }
 
-func fileSafe(s string) string {
+// FileSafe maps s to a file name: letters, digits, '-' and '.' kept, anything else
+// '_'.
+func FileSafe(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.':

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/cmdline"
+
+	"github.com/dlock-go/dlock/internal/report"
+	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/lab/bench"
+	"github.com/dlock-go/dlock/spec"
+)
+
+// TestCompareSubset runs the main job end to end on a tiny subset: the HolderCrash
+// fault scenario on redis (one trial) and the benchmarks of mem and redis (short),
+// then the conformance suite of mem, and checks the report files.
+func TestCompareSubset(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runLong(t, 5*time.Minute, "", nil, "compare", "--backends", "mem,redis",
+		"--scenarios", "HolderCrash,Bench", "--trials", "1", "--duration", "200ms", "--force", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	// Progress: plain lines (stderr is not a terminal here).
+	for _, want := range []string{"compare: [1/3] mem", "compare: [2/3] redis", "compare: [3/3] benchmarks",
+		"TestFaults/single/HolderCrash: pass", "compare: finished in"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("progress lacks %q:\n%s", want, stderr)
+		}
+	}
+	// The summary on stdout: the fault matrix and the speed table.
+	for _, want := range []string{"Faults (backend × scenario", "Speed", "redis+setnx/getset", "report.html"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	r, err := report.Read(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crash *results.Cell
+	for _, c := range r.Cells {
+		if spec.MutexScenarioOf(spec.Scenario(c.Scenario)) != spec.HolderCrash { // the primitives' mirrors come along
+			t.Errorf("cell of a scenario that was not chosen: %+v", c)
+		}
+		if c.Backend == "redis" && c.Scenario == string(spec.HolderCrash) {
+			crash = &c
+		}
+	}
+	if crash == nil || crash.Status != spec.Held || crash.Trials != 1 {
+		t.Errorf("redis holder crash: %+v, want held in 1 trial", crash)
+	}
+	if r.Speed == nil || len(r.Speed.Latency) == 0 || len(r.Speed.Handoffs) == 0 {
+		t.Fatalf("no speed numbers: %+v", r.Speed)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| redis | ✅ |", "## Speed", "| redis+setnx/getset |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	checkPage(t, filepath.Join(out, "report.html"))
+	if logs, _ := filepath.Glob(filepath.Join(out, "logs", "*.log")); len(logs) != 2 {
+		t.Errorf("logs: %v, want one per test package", logs)
+	}
+
+	// The conformance suite, on mem.
+	out = t.TempDir()
+	code, stdout, stderr = runLong(t, 5*time.Minute, "", nil, "compare", "--backends", "mem", "--scenarios", "conformance", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "Conformance (backend × property)") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if r, err = report.Read(filepath.Join(out, "report.json")); err != nil {
+		t.Fatal(err)
+	}
+	mutex := 0 // mem's primitives (semaphores, read-write locks) add cells of their own
+	for _, c := range r.Cells {
+		if slices.Contains(spec.Properties, spec.Property(c.Property)) {
+			mutex++
+		}
+	}
+	if mutex != len(spec.Properties) || r.Speed != nil {
+		t.Errorf("%d cells of the mutex's properties (want one per property) and speed %v (want none)", mutex, r.Speed)
+	}
+}
+
+// TestCompareFrom renders the committed cells without running anything.
+func TestCompareFrom(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runLong(t, time.Minute, "", nil, "compare", "--from", "testdata/cells", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, name := range []string{"report.json", "report.md", "report.html"} {
+		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	r, err := report.Read(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Cells) != 106 || r.Speed == nil {
+		t.Errorf("%d cells and speed %v, want the 106 cells and the speed of testdata/cells", len(r.Cells), r.Speed != nil)
+	}
+
+	// A surprising cell makes compare --from exit 1 and name it.
+	dir := t.TempDir()
+	bad := results.Cell{Backend: "redis", Scenario: "Failover", Property: "MutualExclusion",
+		Status: spec.Held, Expected: spec.Violated, Trials: 3}
+	data, _ := json.Marshal(map[string]any{"cells": []results.Cell{bad}})
+	if err := os.WriteFile(filepath.Join(dir, "faults-redis.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ = runLong(t, time.Minute, "", nil, "compare", "--from", dir, "--out", t.TempDir())
+	if code != 1 || !strings.Contains(stdout, "!! redis, Failover / MutualExclusion: held, declared violated") {
+		t.Errorf("a surprise: exit %d, want 1 and the cell named:\n%s", code, stdout)
+	}
+}
+
+func TestCompareUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		dir  string
+		want string
+	}{
+		{[]string{"--backends", "mongo"}, "", `unknown backend "mongo"`},
+		{[]string{"--scenarios", "Meteor"}, "", `unknown scenario "Meteor"`},
+		{[]string{"--trials", "0"}, "", "--trials must be at least 1"},
+		{[]string{"--from", "testdata/cells", "--backends", "mem"}, "", "cannot be combined with --backends"},
+		{[]string{"--from", "testdata/nothing-here"}, "", "no report.json"},
+		{[]string{"--bogus"}, "", "flag provided but not defined"},
+		{[]string{"--backends", "mem"}, os.TempDir(), "not inside a dlock source checkout"},
+	} {
+		code, _, stderr := runLong(t, time.Minute, tc.dir, nil, append([]string{"compare"}, tc.args...)...)
+		if code != cmdline.ExitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("compare %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, cmdline.ExitUsage, tc.want)
+		}
+	}
+}
+
+// TestRunPattern checks the go test -run patterns against subtest names as go test
+// matches them: level by level, split at slashes.
+func TestRunPattern(t *testing.T) {
+	match := func(pattern, name string) bool {
+		pats, names := strings.Split(pattern, "/"), strings.Split(name, "/")
+		for i, n := range names {
+			if i >= len(pats) {
+				return true
+			}
+			if !mustMatch(t, pats[i], n) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, tc := range []struct {
+		scen    []string
+		yes, no []string
+	}{
+		{[]string{"Conformance"}, []string{"TestConformance/Expiry", "TestConformanceSETNX/setnx+expire/Expiry"}, []string{"TestFaults/HolderCrash", "TestOpen"}},
+		{[]string{"HolderCrash"}, []string{"TestFaults/HolderCrash", "TestFaults/single/HolderCrash", "TestFaults/table", "TestFaults/single/SemaphoreHolderCrash", "TestFaults/RWHolderCrash"},
+			[]string{"TestFaults/Partition", "TestFaults/single/Partition", "TestConformance", "TestFaults/single/SemaphorePartition"}},
+		{[]string{"Conformance", "Partition"}, []string{"TestConformance/Expiry", "TestConformanceSETNX/setnx+getset/MutualExclusion", "TestFaults/single/Partition",
+			"TestConformance/SemaphoreBound", "TestConformance/WriterProgress", "TestFaults/single/RWPartition"},
+			[]string{"TestFaults/single/HolderCrash", "TestFaults/ClockJump"}},
+	} {
+		p := runPattern(tc.scen)
+		for _, n := range tc.yes {
+			if !match(p, n) {
+				t.Errorf("%v: pattern %q does not run %s", tc.scen, p, n)
+			}
+		}
+		for _, n := range tc.no {
+			if match(p, n) {
+				t.Errorf("%v: pattern %q runs %s", tc.scen, p, n)
+			}
+		}
+	}
+	if p := runPattern([]string{"Bench"}); p != "" {
+		t.Errorf("Bench alone runs tests: %q", p)
+	}
+}
+
+// TestBenchTargetsExist: every bench target a compare target names is one that
+// internal/bench knows (bench.Run refuses unknown names), and every bench target is
+// named by one, so that the main job's speed table has every row `dlock-lab bench` has.
+func TestBenchTargetsExist(t *testing.T) {
+	var names, named []string
+	for _, bt := range bench.Targets() {
+		names = append(names, bt.Name)
+	}
+	for _, tg := range targets {
+		for _, n := range tg.Bench {
+			named = append(named, n)
+			if !slices.Contains(names, n) {
+				t.Errorf("%s: bench target %q unknown (known: %v)", tg.Name, n, names)
+			}
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(named, n) {
+			t.Errorf("bench target %q is measured by no compare target: dlock-lab compare leaves it out", n)
+		}
+	}
+}
+
+// TestTargetPackagesExist: every compare target's package is where go test will be
+// run for it: its module's directory (the root's or the lab's) and the package in it.
+func TestTargetPackagesExist(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		dir := filepath.Join(root, tg.Dir, tg.Pkg)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			t.Errorf("%s: no package directory %s (%v)", tg.Name, dir, err)
+		}
+		if _, err := os.Stat(filepath.Join(root, tg.Dir, "go.mod")); err != nil {
+			t.Errorf("%s: %s is no module's directory: %v", tg.Name, tg.Dir, err)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package getlockpeer_test
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"log"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+	"github.com/dlock-go/dlock/lab/peers/getlockpeer"
+	"github.com/dlock-go/dlock/spec"
+)
+
+func TestMain(m *testing.M) {
+	conformance.ChildMain() // returns at once unless a fault scenario started this process as a holder
+	// The driver logs the connections that Vanish cuts; the tests check what matters.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	servertest.Main(m)
+}
+
+// harness gives the suite clients of the shared MariaDB, each with its own pool
+// through its own proxy, so that one client can vanish.
+type harness struct {
+	m *servers.MySQL
+
+	mu      sync.Mutex
+	proxies map[dlock.Locker]*servers.Proxy
+}
+
+func newHarness(t *testing.T) *harness {
+	return &harness{m: servertest.MySQL(t), proxies: map[dlock.Locker]*servers.Proxy{}}
+}
+
+func (h *harness) NewLocker(t testing.TB) dlock.Locker {
+	p := servertest.Proxy(t, h.m.Addr())
+	cfg, err := mysql.ParseDSN(h.m.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = p.Addr()
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	l := getlockpeer.New(db)
+	h.mu.Lock()
+	h.proxies[l] = p
+	h.mu.Unlock()
+	return l
+}
+
+// Capabilities: locks last as long as their connection. Weak: a cut connection frees
+// its lock at once, while its client, told nothing, goes on (DeadlockFreedom: freed
+// before the holder's lease ended; DoneAndErr: Done stays open); lock names end at the first NUL (KeyIsolation: "k\x00"
+// is "k") and are limited to 64 characters (InputValidation).
+func (h *harness) Capabilities() spec.Capabilities {
+	return conformance.MustDeclare("peer+getlock://root@" + h.m.Addr())
+}
+
+func (h *harness) Name() string { return "peer+getlock" }
+
+var _ conformance.QueueInspector = (*harness)(nil) // peer+getlock declares FIFO
+
+// Waiting counts the connections waiting in GET_LOCK on the server (the suite's
+// keys are the only ones the package's tests wait for at that time).
+func (h *harness) Waiting(t testing.TB, key string) int {
+	db, err := sql.Open("mysql", h.m.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close() // one per call: the suite polls, and checks for leaks afterwards
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Vanish cuts the client's connections, as a crash or a network cut does.
+func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
+	h.mu.Lock()
+	p := h.proxies[l]
+	h.mu.Unlock()
+	p.Cut()
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newHarness(t))
+}
+
+// TestCutHolderLearnsAtRelease shows what a GET_LOCK holder whose connection is cut
+
+// goes through: the server frees the lock for another client at once, the holder's
+
+// lease stays open (nothing tells database/sql), and its Release finds the lock gone.
