@@ -6,30 +6,32 @@ import (
 	"fmt"
 
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/etcdlock"
+	"github.com/dlock-go/dlock/internal/closetest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
-	"github.com/dlock-go/dlock/peers/etcdpeer"
 	"github.com/dlock-go/dlock/spec"
 )
 
-// newPeer returns etcd's concurrency.Mutex as a dlock.Locker (package etcdpeer) on
-// the lock names etcdlock uses under prefix, for keys that need no escaping.
-func newPeer(t testing.TB, cli *clientv3.Client, prefix string) dlock.Locker {
+// newMutex returns etcd's own concurrency.Mutex, on a session of its own, on the
+// lock name etcdlock uses for key under prefix.
+func newMutex(t testing.TB, cli *clientv3.Client, prefix, key string) *concurrency.Mutex {
 	t.Helper()
-	l, err := etcdpeer.New(ctxFor(t, 10*time.Second), cli, etcdpeer.WithPrefix(prefix+"/"))
+	s, err := concurrency.NewSession(cli)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	t.Cleanup(func() { s.Close() })
+	return concurrency.NewMutex(s, etcdlock.QueueName(prefix, key))
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {
@@ -54,24 +56,24 @@ func TestMutexInterop(t *testing.T) {
 	prefix := "/interop-" + randHex(4)
 	dl := etcdlock.New(newClient(t, e.Endpoints()), etcdlock.WithPrefix(prefix))
 	defer dl.Close()
-	mu := newPeer(t, newClient(t, e.Endpoints()), prefix)
 	admin := newClient(t, e.Endpoints())
-	k := "orders-42" // a key url.PathEscape leaves as it is: the peer does not escape
+	k := "orders-42"
+	mu := newMutex(t, newClient(t, e.Endpoints()), prefix, k)
 
 	// dlock holds: the Mutex cannot.
 	ls, err := dl.TryAcquire(ctxFor(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mu.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("Mutex.TryLock while dlock holds: want ErrNotAcquired, got %v", err)
+	if err := mu.TryLock(ctxFor(t, 10*time.Second)); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("Mutex.TryLock while dlock holds: want ErrLocked, got %v", err)
 	}
 	// A Mutex waiter is granted once dlock releases.
 	got := make(chan error, 1)
 	go func() {
-		ml, err := mu.Acquire(ctxFor(t, 20*time.Second), k)
+		err := mu.Lock(ctxFor(t, 20*time.Second))
 		if err == nil {
-			err = ml.Release(ctxFor(t, 10*time.Second))
+			err = mu.Unlock(ctxFor(t, 10*time.Second))
 		}
 		got <- err
 	}()
@@ -84,8 +86,7 @@ func TestMutexInterop(t *testing.T) {
 	}
 
 	// The Mutex holds: dlock cannot, and a dlock waiter is granted once it unlocks.
-	ml, err := mu.TryAcquire(ctxFor(t, 10*time.Second), k)
-	if err != nil {
+	if err := mu.TryLock(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := dl.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
@@ -106,7 +107,7 @@ func TestMutexInterop(t *testing.T) {
 		t.Fatalf("dlock Acquire returned while the Mutex holds: %v", r.err)
 	default:
 	}
-	if err := ml.Release(ctxFor(t, 10*time.Second)); err != nil {
+	if err := mu.Unlock(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	r := <-granted
@@ -410,10 +411,10 @@ func TestTablesShrink(t *testing.T) {
 // or one that does not trust its CA. No error shows the password.
 func TestTLSAndAuthRefusals(t *testing.T) {
 	prefix := "/refusals-" + randHex(4)
-	plain := servertest.NewEtcd(t)
+	plain := servertest.NewEtcd(t, servers.EtcdOptions{})
 	addLockUser(t, plain, prefix)
 	pki := servertest.PKI(t)
-	tlsOnly := servertest.NewEtcdWith(t, servers.EtcdOptions{TLS: pki})
+	tlsOnly := servertest.NewEtcd(t, servers.EtcdOptions{TLS: pki})
 	ctx := ctxFor(t, time.Minute)
 	good := "etcd://locker:" + secretPassword + "@" + plain.Addr() + prefix
 	l, err := dlock.Open(ctx, good)
@@ -507,5 +508,126 @@ func TestInspect(t *testing.T) {
 		if f := m[string(spec.QuorumLoss)]; !f.Exposed || !strings.Contains(f.Setting, "healthy=2") || !strings.Contains(f.Setting, "does not answer") {
 			t.Errorf("QuorumLoss with a member down: %+v", f)
 		}
+	})
+}
+
+// TestNestedPrefixesApart: a Locker whose prefix lies inside another's key range
+// (/p and /p/a: the queue of /p's key "a" is /p/a/, where /p/a keeps all it
+// holds) does not block the other's keys. While /p/a holds a lock, a semaphore
+// permit and an election term, /p's key "a" is granted by TryAcquire, Acquire and
+// TryAcquireAll, and still excludes another /p client; /p/a's holders go on.
+func TestNestedPrefixesApart(t *testing.T) {
+	e := servertest.Etcd(t)
+	outer := "/dlock-nest-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	a := servertest.Open(t, "etcd://"+e.Addr()+outer)
+	a2 := servertest.Open(t, "etcd://"+e.Addr()+outer)
+	b := servertest.Open(t, "etcd://"+e.Addr()+outer+"/a")
+	ctx := ctxFor(t, 30*time.Second)
+	held, err := b.TryAcquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := dlock.NewSemaphore(b, "s", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	el, err := dlock.NewElection(b, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := el.TryCampaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := a.TryAcquire(ctx, "a")
+	if err != nil {
+		t.Fatalf("TryAcquire(a) under %s while %s/a holds keys: %v", outer, outer, err)
+	}
+	// Describe and List of the outer prefix show its own holder of "a", none of
+	// the nested prefix's keys.
+	desc, err := dlock.Describe(ctx, a, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dlock.List(ctx, a, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, states := range map[string][]dlock.KeyState{"Describe(a)": desc, "List": list} {
+		if len(states) != 1 || states[0].Key != "a" || len(states[0].Holders) != 1 || len(states[0].Waiters) != 0 {
+			t.Errorf("%s under %s while %s/a holds keys: %+v, want the one holder of a", what, outer, outer, states)
+		}
+	}
+	if _, err := a2.TryAcquire(ctx, "a"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a second client's TryAcquire(a) while the first holds it: %v, want ErrNotAcquired", err)
+	}
+	release := func(ls dlock.Lease) {
+		t.Helper()
+		if err := ls.Release(ctx); err != nil {
+			t.Errorf("Release(%s): %v", ls.Key(), err)
+		}
+	}
+	release(ls)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ls, err = a.Acquire(wctx, "a")
+	cancel()
+	if err != nil {
+		t.Fatalf("Acquire(a) under %s while %s/a holds keys: %v", outer, outer, err)
+	}
+	release(ls)
+	set, err := dlock.TryAcquireAll(ctx, a, []string{"a", "z"})
+	if err != nil {
+		t.Fatalf("TryAcquireAll(a, z) under %s while %s/a holds keys: %v", outer, outer, err)
+	}
+	release(set)
+	for _, ls := range []dlock.Lease{held, permit, term} {
+		select {
+		case <-ls.Done():
+			t.Errorf("%s's lease on %s ended: %v", outer+"/a", ls.Key(), ls.Err())
+		default:
+		}
+		release(ls)
+	}
+}
+
+// TestReservedPrefixesRefused: a prefix with a segment that names the namespaces of
+// primitives ("!primitives") or elections (";election") — ending in one, or inside
+// one — would share queues with another Locker's semaphores or elections (the mutex
+// "s" under /p/!primitives is the semaphore "s" under /p): ErrInvalidURL.
+func TestReservedPrefixesRefused(t *testing.T) {
+	e := servertest.Etcd(t)
+	for _, p := range []string{"/p/!primitives", "/p/;election", "/p/!primitives/x", "/;election/x", "/!primitives"} {
+		l, err := dlock.Open(ctxFor(t, 10*time.Second), "etcd://"+e.Addr()+p)
+		if !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("Open with prefix %s: %v, want ErrInvalidURL", p, err)
+		}
+		if l != nil {
+			l.Close()
+		}
+	}
+	for _, p := range []string{"/p/primitives", "/p/election", "/p/x!primitives", "/p/!primitivesx"} {
+		l, err := dlock.Open(ctxFor(t, 10*time.Second), "etcd://"+e.Addr()+p)
+		if err != nil {
+			t.Errorf("Open with prefix %s: %v", p, err)
+			continue
+		}
+		l.Close()
+	}
+}
+
+// TestCloseWaitsForWaiters: a waiter whose Locker closes takes its key out of the
+// queue (revokes its lease) before the client closes, and a grant that lands during
+// Close is released (closetest).
+func TestCloseWaitsForWaiters(t *testing.T) {
+	e := servertest.Etcd(t)
+	h := newHarness(t, e.Endpoints())
+	closetest.Run(t, closetest.Target{
+		Addr:    e.Addr(),
+		URL:     func(addr string) string { return "etcd://" + addr + h.prefix },
+		Waiting: h.Waiting,
 	})
 }

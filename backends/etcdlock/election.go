@@ -32,8 +32,12 @@ var (
 // appears in an escaped key, so no mutex's queue (prefix + "/" + escaped key + "/")
 // lies inside an election's, nor the other way round.
 func ElectionName(prefix, name string) string {
-	return strings.TrimRight(prefix, "/") + "/;election/" + url.PathEscape(name)
+	return strings.TrimRight(prefix, "/") + "/" + electionsDir + "/" + url.PathEscape(name)
 }
+
+// electionsDir is the path segment under the prefix that holds every election's
+// queue.
+const electionsDir = ";election"
 
 func (d *etcdDriver) electionQueue(name string) string { return ElectionName(d.prefix, name) + "/" }
 

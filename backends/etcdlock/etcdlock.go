@@ -8,6 +8,8 @@
 // the name <prefix>/<escaped key> and `etcdctl lock <prefix>/<escaped key>` exclude
 // each other. The key is escaped with url.PathEscape (a key made of letters, digits,
 // '-', '_', '.' and '~' is unchanged), so that no key's queue lies inside another's.
+// A contender's key is empty, or holds the record of a lock taken with
+// dlock.WithHolder (which dlock.Describe shows; describe.go).
 //
 // Each grant has its own etcd lease whose TTL is the whole number of seconds above
 // the requested TTL, plus one: the lease lives only as long as the lease holder
@@ -51,7 +53,13 @@ type config struct {
 }
 
 // WithPrefix puts the locks under prefix instead of DefaultPrefix. A trailing slash is
-// ignored; an empty prefix is DefaultPrefix.
+// ignored; an empty prefix is DefaultPrefix. A segment of the prefix may not be one
+// of the namespaces a Locker keeps under its prefix ("!primitives", ";election"): a
+// Locker there would share queues with another's semaphores, read-write locks or
+// elections, so New panics (a programming error; an etcd:// URL is refused with
+// dlock.ErrInvalidURL). A prefix inside another Locker's (/p/a and /p) is fine:
+// each Locker counts only the keys directly in a queue (<queue>/<lease ID>), so the
+// keys of /p/a that lie in the range of /p's key "a" block nothing.
 func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
@@ -69,6 +77,11 @@ type Locker struct {
 // New returns a Locker whose locks live in the etcd cluster cli talks to. The caller
 // keeps cli: Close does not close it. Leases end with dlock.ErrLost when their lock
 // key disappears (revoked lease, key deleted by hand).
+//
+// Unlike the other backends' New, it returns the concrete *Locker rather than a
+// dlock.Locker: its Fence method (a comparison that fences writes into etcd itself)
+// needs the driver behind the leases, which the dlock.Locker interface does not
+// reach. *Locker is a dlock.Locker; assign it to one where Fence is not used.
 func New(cli *clientv3.Client, opts ...Option) *Locker {
 	c := config{prefix: DefaultPrefix}
 	for _, o := range opts {
@@ -77,6 +90,9 @@ func New(cli *clientv3.Client, opts ...Option) *Locker {
 	c.prefix = strings.TrimRight(c.prefix, "/")
 	if c.prefix == "" {
 		c.prefix = DefaultPrefix
+	}
+	if err := validatePrefix(c.prefix); err != nil {
+		panic("etcdlock: " + err.Error())
 	}
 	d := newDriver(cli, c.prefix, c.ownClient)
 	return &Locker{Locker: dlock.New(d, driver.Info{Name: "etcd", MinTTL: MinTTL}), d: d}
@@ -112,6 +128,17 @@ func (l *Locker) Fence(ls dlock.Lease) (clientv3.Cmp, error) {
 // dlock's holders of key.
 func QueueName(prefix, key string) string {
 	return strings.TrimRight(prefix, "/") + "/" + url.PathEscape(key)
+}
+
+// validatePrefix refuses a prefix that has a segment naming a namespace a Locker
+// keeps under its own prefix (see WithPrefix).
+func validatePrefix(prefix string) error {
+	for _, seg := range strings.Split(prefix, "/") {
+		if seg == primitivesDir || seg == electionsDir {
+			return fmt.Errorf("prefix %q has the segment %q, where a Locker on a shorter prefix keeps its primitives or elections", prefix, seg)
+		}
+	}
+	return nil
 }
 
 var errLeaseLost = errors.New("the etcd lease of the queued key ended while waiting")

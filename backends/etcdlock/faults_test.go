@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/fencetest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
@@ -39,6 +40,12 @@ func (h singleFaults) RestartServers(t testing.TB) {
 	}
 }
 
+// guardedFaults runs HolderPauseFenced with every fencing guard as the resource
+// too, on servers of their own (fencetest.Guards): a cell per guard.
+type guardedFaults struct{ singleFaults }
+
+func (guardedFaults) FenceGuards(t testing.TB) []conformance.FenceGuard { return fencetest.Guards(t) }
+
 // clusterFaults is a 3-member cluster: the leader kill under contention.
 type clusterFaults struct {
 	*harness
@@ -48,14 +55,14 @@ type clusterFaults struct {
 func (h clusterFaults) KillLeader(t testing.TB) { h.kill(t) }
 
 // TestFaults runs the fault campaign on etcd: on one member, holder crash and pause
-// (child processes), a member restart with its data, and a blackholed holder; on a
+// (child processes; the paused holder refused by every fencing guard too), a member restart with its data, and a blackholed holder; on a
 // 3-member cluster of member processes, the leader kill (SIGKILL) under contention
 // (every trial starts from three members: the one killed before comes back first).
 func TestFaults(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
-		e := servertest.NewEtcd(t)
+		e := servertest.NewEtcd(t, servers.EtcdOptions{})
 		h := &faultHarness{harness: newHarness(t, e.Endpoints()), member: e}
-		conformance.RunFaults(t, singleFaults{h})
+		conformance.RunFaults(t, guardedFaults{singleFaults{h}})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := servertest.EtcdCluster(t, 3) // a process per member: the kill is a real SIGKILL

@@ -22,7 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	servers.EtcdMemberMain() // returns at once unless an EtcdCluster (TestFaults/cluster, TestConformanceCluster) started this process as a member
 	conformance.ChildMain()
 	os.Exit(servertest.Finish(m.Run()))
 }
@@ -189,7 +188,7 @@ const secretPassword = "S3CRET-etcd-pw"
 // else: what a lock user needs. It returns the member and its PKI.
 func secureEtcd(t testing.TB, prefix string) (*servers.Etcd, *servers.PKI) {
 	pki := servertest.PKI(t)
-	e := servertest.NewEtcdWith(t, servers.EtcdOptions{TLS: pki})
+	e := servertest.NewEtcd(t, servers.EtcdOptions{TLS: pki})
 	addLockUser(t, e, prefix)
 	return e, pki
 }

@@ -24,7 +24,7 @@ func inspect(ctx context.Context, u *url.URL) ([]spec.Finding, error) {
 	defer cli.Close()
 	ml, err := cli.MemberList(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: etcd: member list: %w", err)
+		return nil, fmt.Errorf("etcdlock: member list: %w", err)
 	}
 	n := len(ml.Members)
 	var healthy int

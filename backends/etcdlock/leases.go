@@ -47,7 +47,7 @@ func leaseSecs(ttl time.Duration) int64 { return int64(math.Ceil(ttl.Seconds()))
 func (ls *lease) lastsUntil() time.Time {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return ls.renewed.Add(ls.ttl - driver.DefaultDrift(ls.ttl))
+	return ls.renewed.Add(ls.ttl - driver.StandardDrift(ls.ttl))
 }
 
 func (ls *lease) setRenewed(t time.Time) {

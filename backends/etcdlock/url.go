@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -12,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/tlsurl"
+	"github.com/dlock-go/dlock/backends/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
@@ -50,12 +51,18 @@ func parseURL(u *url.URL) (etcdURL, error) {
 		if h == "" {
 			return e, fmt.Errorf("%w: %s:// has an empty host in its host list", dlock.ErrInvalidURL, Scheme)
 		}
+		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+			return e, fmt.Errorf("%w: %s:// host %q: want host:port", dlock.ErrInvalidURL, Scheme, h)
+		}
 		e.endpoints = append(e.endpoints, h)
 	}
 	if e.tls, err = tlsurl.Config(q, false); err != nil {
 		return e, err
 	}
 	e.prefix = u.Path
+	if err := validatePrefix(e.prefix); err != nil {
+		return e, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
+	}
 	e.user = u.User.Username()
 	e.pass, _ = u.User.Password()
 	return e, nil
@@ -72,10 +79,11 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: true,
-		Semaphore: &spec.Primitive{Native: true, Fencing: true, FIFO: true},
-		RWLock:    &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true},
-		Election:  &spec.Primitive{Native: true, Fencing: true, FIFO: true},
-		MultiKey:  &spec.Primitive{Native: true, Fencing: true}}, nil
+		DeletionSeen: spec.SeenByWatch, // a watch on the lock's key (lock.go)
+		Semaphore:    &spec.Primitive{Native: true, Fencing: true, FIFO: true},
+		RWLock:       &spec.Primitive{Native: true, Fencing: true, FIFO: true, WriterPreference: true},
+		Election:     &spec.Primitive{Native: true, Fencing: true, FIFO: true},
+		MultiKey:     &spec.Primitive{Native: true, Fencing: true}}, nil
 }
 
 // open is the URL opener: etcd://[user:pass@]host1:2379,host2:2379/prefix.
@@ -102,11 +110,11 @@ func connect(ctx context.Context, u *url.URL) (etcdURL, *clientv3.Client, error)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.endpoints, DialTimeout: dial, Context: context.WithoutCancel(ctx),
 		Logger: zap.NewNop(), Username: e.user, Password: e.pass, TLS: e.tls})
 	if err != nil {
-		return e, nil, fmt.Errorf("dlock: etcd: connect %s: %w", u.Host, err)
+		return e, nil, fmt.Errorf("etcdlock: connect %s: %w", u.Host, err)
 	}
 	if err := anyAnswers(ctx, cli, e.endpoints); err != nil {
 		cli.Close()
-		return e, nil, fmt.Errorf("dlock: etcd: %s: %w", u.Host, err)
+		return e, nil, fmt.Errorf("etcdlock: %s: %w", u.Host, err)
 	}
 	return e, cli, nil
 }

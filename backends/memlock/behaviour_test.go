@@ -54,13 +54,85 @@ func TestExpiredLocksAreReaped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2100 * time.Millisecond) // the leases expire and the reaping interval passes
-	ls, err := l.TryAcquire(ctx, "last", dlock.WithTTL(time.Minute))
+	reapAfter(t, l, "last")
+	if got := s.Size(); got != 1 {
+		t.Errorf("Store keeps %d entries after %d leases expired unreleased and one was granted, want 1", got, n)
+	}
+}
+
+// reapAfter waits until leases of a second's TTL have expired and the Store's
+// reaping interval has passed, then has l take key (held until t ends): the grant
+// that reaps.
+func reapAfter(t *testing.T, l dlock.Locker, key string) {
+	t.Helper()
+	time.Sleep(2100 * time.Millisecond) // expiry and reaping go by the clock: nothing to wait on
+	ls, err := l.TryAcquire(context.Background(), key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ls.Release(ctx)
-	if got := s.Size(); got != 1 {
-		t.Errorf("Store keeps %d entries after %d leases expired unreleased and one was granted, want 1", got, n)
+	t.Cleanup(func() { ls.Release(context.Background()) })
+}
+
+// TestElectionRecordsPruned: a Store keeps no record of an election that has
+// neither a live term nor an observer: not after a resignation, not for a name
+// only observed once its observer stops, not after a term expired unreleased (at
+// the next grant a second later). A term after that gap still gets a larger
+// token.
+func TestElectionRecordsPruned(t *testing.T) {
+	s := memlock.NewStore()
+	l := memlock.New(memlock.WithStore(s))
+	defer l.Close()
+	ctx := context.Background()
+	const n = 100
+	elections := make([]*dlock.Election, n)
+	var last uint64
+	for i := range elections {
+		e, err := dlock.NewElection(l, fmt.Sprint("e", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		elections[i] = e
+		term, err := e.TryCampaign(ctx, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = term.Token()
+		if err := term.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Elections(); got != 0 {
+		t.Errorf("%d election records after %d terms were released, want 0", got, n)
+	}
+	for i := range 10 {
+		e, err := dlock.NewElection(l, fmt.Sprint("watched", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		octx, cancel := context.WithCancel(ctx)
+		ch := e.Observe(octx)
+		// The observer keeps a record while it watches: wait for it to start.
+		for deadline := time.Now().Add(5 * time.Second); s.Elections() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no record for an observed election within 5s")
+			}
+		}
+		cancel()
+		for range ch { // closed once the observer has stopped
+		}
+		if got := s.Elections(); got != 0 {
+			t.Fatalf("%d election records after a name was observed and its observer stopped, want 0", got)
+		}
+	}
+	term, err := elections[0].TryCampaign(ctx, "expires", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if term.Token() <= last {
+		t.Errorf("token %d after the records were pruned, want above %d", term.Token(), last)
+	}
+	reapAfter(t, l, "grant")
+	if got := s.Elections(); got != 0 {
+		t.Errorf("%d election records after the only term expired and a grant reaped, want 0", got)
 	}
 }

@@ -13,7 +13,11 @@ import (
 // (electionKey: no mutex key can be named like it), taken by TryCampaign only (no
 // queue: a waiting candidate is woken when a term is released, or retries at the
 // holder's expiry). The Store records each term with its value as it grants it,
-// so Leader and WatchLeaders see every term, in order.
+// so Leader and WatchLeaders see every term, in order. An election's record goes
+// once it has neither a live term nor an observer (at the term's release, the
+// observer's end, or the reaping after an expiry): the Store keeps no state for
+// elections gone quiet, and tokens, drawn from the Store's one counter, keep
+// increasing across the gap.
 
 // keptTerms bounds the terms a Store remembers per election for its observers: an
 // observer that falls further behind than this misses the older ones.
@@ -21,15 +25,41 @@ const keptTerms = 64
 
 // terms is what a Store knows of one election.
 type terms struct {
-	current *memLock        // the latest term's lock (it may have ended since)
-	value   string          // the latest term's value
-	log     []driver.Leader // the latest terms, oldest first
-	changed chan struct{}   // closed (and replaced) when a term begins
+	current  *memLock        // the latest term's lock (it may have ended since)
+	value    string          // the latest term's value
+	log      []driver.Leader // the latest terms, oldest first
+	changed  chan struct{}   // closed (and replaced) when a term begins
+	watchers int             // WatchLeaders calls under way
 }
+
+// electionPrefix starts the Store key of every election (electionKey).
+const electionPrefix = "\xffelection\xff"
 
 // electionKey is the Store key of election name: the byte 0xff never occurs in a
 // valid key, so no mutex shares it.
-func electionKey(name string) string { return "\xffelection\xff" + name }
+func electionKey(name string) string { return electionPrefix + name }
+
+// prune drops election name's record if it has no live term and no observer; the
+// caller holds s.mu.
+func (s *Store) prune(name string, now time.Time) {
+	e := s.terms[name]
+	if e == nil || e.watchers > 0 {
+		return
+	}
+	if held, ok := s.held(electionKey(name), now); ok && held.owner == e.current {
+		return
+	}
+	delete(s.terms, name)
+}
+
+// Elections reports how many elections the Store keeps a record of: those with a
+// live term or an observer, and those whose term expired since the last reaping
+// (at most a second ago, on the next grant).
+func (s *Store) Elections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.terms)
+}
 
 var (
 	_ driver.Elector          = (*memDriver)(nil)
@@ -44,7 +74,7 @@ func (d *memDriver) TryCampaign(ctx context.Context, name, value string, ttl tim
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lk, err := s.try(electionKey(name), ttl, time.Now())
+	lk, err := s.try(electionKey(name), ttl, nil, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -90,9 +120,18 @@ func (d *memDriver) WatchLeaders(ctx context.Context, name string, after uint64,
 		after = l.Token
 	}
 	s := d.s
+	s.mu.Lock()
+	e := s.election(name)
+	e.watchers++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		e.watchers--
+		s.prune(name, time.Now())
+		s.mu.Unlock()
+	}()
 	for {
 		s.mu.Lock()
-		e := s.election(name)
 		var next []driver.Leader
 		for _, t := range e.log {
 			if t.Token > after {

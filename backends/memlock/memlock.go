@@ -14,8 +14,8 @@ import (
 
 var defaultStore = NewStore()
 
-// DefaultStore is the process-wide Store used by New without WithStore and by mem://.
-func DefaultStore() *Store { return defaultStore }
+// ProcessStore is the process-wide Store used by New without WithStore and by mem://.
+func ProcessStore() *Store { return defaultStore }
 
 // Option configures New.
 type Option func(*config)
@@ -31,5 +31,13 @@ func New(opts ...Option) dlock.Locker {
 	for _, o := range opts {
 		o(&c)
 	}
-	return dlock.New(&memDriver{s: c.store}, driver.Info{Name: "mem"})
+	return dlock.New(NewDriver(c.store), driver.Info{Name: "mem"})
 }
+
+// NewDriver returns the driver New runs under dlock.New, on s: for a backend that
+// wraps memlock's store with behaviour of its own (package dlocktest adds faults).
+// It implements driver.Waiter, driver.Notifier, driver.Semaphorer,
+// driver.SemaphoreWaiter, driver.RWLocker, driver.RWWaiter, driver.Elector and
+// driver.CampaignNotifier; its locks implement driver.ValidFrom. dlock.New(NewDriver(s),
+// driver.Info{Name: "mem"}) is what New(WithStore(s)) returns.
+func NewDriver(s *Store) driver.Driver { return &memDriver{s: s} }

@@ -38,6 +38,9 @@ type primWaiter struct {
 	shared  bool
 	ttl     time.Duration
 	granted chan *primLock // buffered
+	holder  *driver.Holder
+	since   time.Time // when it queued
+	id      uint64
 }
 
 // primLock is one grant of a primitive.
@@ -47,6 +50,8 @@ type primLock struct {
 	p         *prim
 	token     uint64
 	validFrom time.Time
+	shared    bool
+	holder    *driver.Holder
 }
 
 func (d *memDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
@@ -85,7 +90,7 @@ func (s *Store) primLock(ctx context.Context, key string, kind primKind, limit i
 		return nil, err
 	}
 	if len(p.queue) == 0 && p.grantable(shared) {
-		lk := s.primGrant(key, p, shared, ttl, now)
+		lk := s.primGrant(key, p, shared, ttl, holderOf(ctx), now)
 		s.mu.Unlock()
 		return lk, nil
 	}
@@ -94,7 +99,8 @@ func (s *Store) primLock(ctx context.Context, key string, kind primKind, limit i
 		s.mu.Unlock()
 		return nil, driver.Busy(rem)
 	}
-	w := &primWaiter{shared: shared, ttl: ttl, granted: make(chan *primLock, 1)}
+	s.waiters++
+	w := &primWaiter{shared: shared, ttl: ttl, granted: make(chan *primLock, 1), holder: holderOf(ctx), since: now, id: s.waiters}
 	p.queue = append(p.queue, w)
 	next := p.remaining(now)
 	s.mu.Unlock()
@@ -186,9 +192,9 @@ func (p *prim) dequeue(w *primWaiter) {
 }
 
 // primGrant makes a new holder; the caller holds s.mu.
-func (s *Store) primGrant(key string, p *prim, shared bool, ttl time.Duration, now time.Time) *primLock {
+func (s *Store) primGrant(key string, p *prim, shared bool, ttl time.Duration, holder *driver.Holder, now time.Time) *primLock {
 	s.token++
-	lk := &primLock{s: s, key: key, p: p, token: s.token, validFrom: now}
+	lk := &primLock{s: s, key: key, p: p, token: s.token, validFrom: now, shared: shared, holder: holder}
 	p.holders[lk] = now.Add(ttl)
 	if p.kind == kindRW && !shared {
 		p.writer = lk
@@ -231,7 +237,7 @@ func (s *Store) primPromote(key string, p *prim, now time.Time) {
 	for len(p.queue) > 0 && p.grantable(p.queue[0].shared) {
 		w := p.queue[0]
 		p.queue = p.queue[1:]
-		w.granted <- s.primGrant(key, p, w.shared, w.ttl, now)
+		w.granted <- s.primGrant(key, p, w.shared, w.ttl, w.holder, now)
 	}
 	s.wakePollers(wakeName(p.kind, key))
 	if len(p.holders) == 0 && len(p.queue) == 0 && s.prims[key] == p {

@@ -2,6 +2,7 @@ package memlock
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type Store struct {
 	queues  map[string][]*waiter                  // per key, in arrival order
 	pollers map[string]map[chan struct{}]struct{} // Acquires with a retry strategy, woken when key frees
 	token   uint64                                // last token handed out; one counter for all keys keeps each key's tokens increasing
+	waiters uint64                                // last waiter id handed out (describe.go names waiters by it)
 	terms   map[string]*terms                     // per election name (election.go)
 	reaped  time.Time                             // when expired entries were last reaped
 	prims   map[string]*prim                      // semaphores and read-write locks (primitives.go)
@@ -41,6 +43,9 @@ type entry struct {
 type waiter struct {
 	ttl     time.Duration
 	granted chan *memLock // receives the lock handed over; buffered
+	holder  *driver.Holder
+	since   time.Time // when it queued
+	id      uint64
 }
 
 // NewStore returns an empty lock space.
@@ -79,17 +84,18 @@ func (s *Store) held(key string, now time.Time) (*entry, bool) {
 }
 
 // grant gives key to a new owner for ttl from now; the caller holds s.mu.
-func (s *Store) grant(key string, ttl time.Duration, now time.Time) *memLock {
+func (s *Store) grant(key string, ttl time.Duration, holder *driver.Holder, now time.Time) *memLock {
 	if now.Sub(s.reaped) >= reapEvery {
 		s.reap(now)
 	}
 	s.token++
-	lk := &memLock{s: s, key: key, token: s.token, validFrom: now}
+	lk := &memLock{s: s, key: key, token: s.token, validFrom: now, holder: holder}
 	s.locks[key] = &entry{owner: lk, expires: now.Add(ttl)}
 	return lk
 }
 
-// reap deletes the entries of expired locks nobody waits for; the caller holds s.mu.
+// reap deletes the entries of expired locks nobody waits for, and the records of
+// elections left with neither a live term nor an observer; the caller holds s.mu.
 // (A key with waiters is handed on by its waiters' expiry timers instead.)
 func (s *Store) reap(now time.Time) {
 	s.reaped = now
@@ -97,6 +103,9 @@ func (s *Store) reap(now time.Time) {
 		if !now.Before(e.expires) && len(s.queues[key]) == 0 {
 			delete(s.locks, key)
 		}
+	}
+	for name := range s.terms {
+		s.prune(name, now)
 	}
 }
 
@@ -120,7 +129,7 @@ func (s *Store) free(key string, now time.Time) bool {
 	}
 	w := q[0]
 	s.dequeue(key, w)
-	w.granted <- s.grant(key, w.ttl, now)
+	w.granted <- s.grant(key, w.ttl, w.holder, now)
 	return true
 }
 
@@ -185,11 +194,19 @@ func (d *memDriver) TryLock(ctx context.Context, key string, ttl time.Duration) 
 	}
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
-	return d.s.try(key, ttl, time.Now())
+	return d.s.try(key, ttl, holderOf(ctx), time.Now())
+}
+
+// holderOf returns the holder record ctx carries (dlock.WithHolder), nil if none.
+func holderOf(ctx context.Context) *driver.Holder {
+	if h, ok := driver.HolderFrom(ctx); ok {
+		return &h
+	}
+	return nil
 }
 
 // try grants key if it is free and nobody waits for it; the caller holds s.mu.
-func (s *Store) try(key string, ttl time.Duration, now time.Time) (*memLock, error) {
+func (s *Store) try(key string, ttl time.Duration, holder *driver.Holder, now time.Time) (*memLock, error) {
 	if e, ok := s.held(key, now); ok {
 		return nil, driver.Busy(e.expires.Sub(now))
 	}
@@ -199,7 +216,7 @@ func (s *Store) try(key string, ttl time.Duration, now time.Time) (*memLock, err
 	if len(s.queues[key]) > 0 {
 		return nil, driver.Busy(0)
 	}
-	return s.grant(key, ttl, now), nil
+	return s.grant(key, ttl, holder, now), nil
 }
 
 // Lock takes key, queueing behind earlier waiters, until ctx ends (dlock cancels it
@@ -212,12 +229,13 @@ func (d *memDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	s := d.s
 	now := time.Now()
 	s.mu.Lock()
-	lk, err := s.try(key, ttl, now)
+	lk, err := s.try(key, ttl, holderOf(ctx), now)
 	if err == nil {
 		s.mu.Unlock()
 		return lk, nil
 	}
-	w := &waiter{ttl: ttl, granted: make(chan *memLock, 1)}
+	s.waiters++
+	w := &waiter{ttl: ttl, granted: make(chan *memLock, 1), holder: holderOf(ctx), since: now, id: s.waiters}
 	s.queues[key] = append(s.queues[key], w)
 	wake := time.Duration(0)
 	if e, ok := s.held(key, now); ok {
@@ -273,6 +291,7 @@ type memLock struct {
 	key       string
 	token     uint64
 	validFrom time.Time // when the store set its TTL: later than the request for a queued waiter
+	holder    *driver.Holder
 }
 
 func (l *memLock) Token() uint64 { return l.token }
@@ -313,5 +332,8 @@ func (l *memLock) Unlock(ctx context.Context) error {
 		return err
 	}
 	l.s.free(l.key, now)
+	if name, ok := strings.CutPrefix(l.key, electionPrefix); ok {
+		l.s.prune(name, now) // a resignation: the election may have gone quiet
+	}
 	return nil
 }

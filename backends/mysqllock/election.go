@@ -82,12 +82,9 @@ func (d *tableDriver) electionTable() string { return ElectionsTable(d.cfg.table
 
 // migrateElections creates the elections table beside table (Migrate).
 func migrateElections(ctx context.Context, db *sql.DB, table string) error {
-	name := ElectionsTable(table)
-	if n := len([]rune(name)); n > 64 {
-		return fmt.Errorf("mysqllock: table name %q: the elections table %q would be longer than 64 characters", table, name)
-	}
+	name := ElectionsTable(table) // fits: validateTable keeps room for the suffix
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createElectionTable, quoteIdent(name))); err != nil {
-		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(name), err)
+		return fmt.Errorf("create table %s: %w", quoteIdent(name), err)
 	}
 	return nil
 }
@@ -109,7 +106,7 @@ func (d *tableDriver) TryCampaign(ctx context.Context, name, value string, ttl t
 	}
 	tm := &tableTerm{s: s, name: []byte(name)}
 	if _, err := rand.Read(tm.owner[:]); err != nil {
-		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
+		return nil, fmt.Errorf("owner id: %w", err)
 	}
 	res, err := s.campaign.ExecContext(ctx, tm.name, tm.owner[:], []byte(value), micros(ttl), tm.name)
 	won, err := affected(res, err)
@@ -121,14 +118,14 @@ func (d *tableDriver) TryCampaign(ctx context.Context, name, value string, ttl t
 		if ctx.Err() != nil {
 			tm.tidyUp(d) // it may have run on the server after the client gave up
 		}
-		return nil, fmt.Errorf("mysqllock: campaign: %w", err)
+		return nil, fmt.Errorf("campaign: %w", err)
 	case !won:
 		return nil, driver.Busy(0)
 	}
 	id, err := res.LastInsertId()
 	if err != nil || id <= 0 {
 		tm.tidyUp(d)
-		return nil, fmt.Errorf("mysqllock: campaign: the server returned term %d (%v)", id, err)
+		return nil, fmt.Errorf("campaign: the server returned term %d (%v)", id, err)
 	}
 	tm.term = uint64(id)
 	if tm.term%100 == 0 && tm.term > keptTerms {
@@ -212,7 +209,7 @@ func (tm *tableTerm) Refresh(ctx context.Context, ttl time.Duration) error {
 	ok, err := affected(tm.s.refresh.ExecContext(ctx, micros(ttl), tm.name, tm.term, tm.owner[:]))
 	switch {
 	case err != nil:
-		return fmt.Errorf("mysqllock: refresh term: %w", err)
+		return fmt.Errorf("refresh term: %w", err)
 	case !ok:
 		return dlock.ErrNotHeld
 	}
@@ -223,7 +220,7 @@ func (tm *tableTerm) Unlock(ctx context.Context) error {
 	ok, err := affected(tm.s.resign.ExecContext(ctx, tm.name, tm.term, tm.owner[:]))
 	switch {
 	case err != nil:
-		return fmt.Errorf("mysqllock: resign: %w", err)
+		return fmt.Errorf("resign: %w", err)
 	case !ok:
 		_, _ = tm.s.tidy.ExecContext(ctx, tm.name, tm.term, tm.owner[:])
 		return dlock.ErrNotHeld

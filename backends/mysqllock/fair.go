@@ -167,7 +167,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 	}
 	if err != nil {
 		d.leave(me)
-		return nil, waitErr(ctx, fmt.Errorf("mysqllock: join the queue: %w", err))
+		return nil, waitErr(ctx, fmt.Errorf("join the queue: %w", err))
 	}
 	renewEvery := max(ttl/3, time.Millisecond)
 	renewAt := time.Now().Add(renewEvery)
@@ -209,7 +209,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 			}
 			if err != nil {
 				d.leave(me)
-				return nil, waitErr(ctx, fmt.Errorf("mysqllock: renew the place in the queue: %w", err))
+				return nil, waitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
 			}
 		}
 		var pause time.Duration
@@ -273,9 +273,9 @@ func (d *tableDriver) newLock(ctx context.Context, key string) (*tableLock, erro
 	if err != nil {
 		return nil, err
 	}
-	lk := &tableLock{d: d, s: s, key: []byte(key)}
+	lk := &tableLock{d: d, s: s, key: []byte(key), holder: holderRecord(ctx)}
 	if _, err := rand.Read(lk.owner[:]); err != nil {
-		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
+		return nil, fmt.Errorf("owner id: %w", err)
 	}
 	return lk, nil
 }

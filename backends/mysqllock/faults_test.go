@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/fencetest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -25,9 +26,11 @@ type faultHarness struct {
 	fifo    bool // the table's fair mode
 }
 
-// faultCheck is the GET_LOCK check interval in the fault scenarios: far shorter than
-// the server takes to restart, so that a holder learns of the restart before the
-// server can grant its lock again.
+// faultCheck is the GET_LOCK check interval in the fault scenarios: a cut-off holder
+// learns of its loss within two intervals, far below the sessions' wait_timeout
+// (sessionTimeout), after which the server frees its lock. (A restart it learns of
+// as the server's process ends, whatever the interval: "getlock-defaults" shows it
+// with the default 1s.)
 const faultCheck = 100 * time.Millisecond
 
 func newFaultHarness(t *testing.T, getLock bool) *faultHarness {
@@ -35,7 +38,7 @@ func newFaultHarness(t *testing.T, getLock bool) *faultHarness {
 }
 
 func newFaultHarnessFIFO(t *testing.T, getLock, fifo bool) *faultHarness {
-	m := servertest.NewMySQL(t)
+	m := servertest.NewMySQL(t, servers.MySQLOptions{})
 	h := &faultHarness{server: m, dsn: servertest.NewDatabase(t, m), getLock: getLock, fifo: fifo}
 	if !getLock {
 		if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), openDB(t, h.dsn, nil), mysqllock.WithFIFO(fifo)); err != nil {
@@ -105,12 +108,19 @@ func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conform
 	return h.locker(t, p.Addr()), p
 }
 
+// guardedFaults runs HolderPauseFenced with every fencing guard as the resource
+// too, on servers of their own (fencetest.Guards): a cell per guard.
+type guardedFaults struct{ *faultHarness }
+
+func (guardedFaults) FenceGuards(t testing.TB) []conformance.FenceGuard { return fencetest.Guards(t) }
+
 // TestFaults runs the suite's fault scenarios: a holder process killed or paused, the
-// server crashed and restarted while a lock is held, a holder cut off the network.
+// server crashed and restarted while a lock is held, a holder cut off the network;
+// the table's paused holder is refused by every fencing guard too.
 func TestFaults(t *testing.T) {
 	t.Run("table", func(t *testing.T) {
 		t.Parallel() // private servers: the two wait out their TTLs side by side
-		conformance.RunFaults(t, newFaultHarness(t, false))
+		conformance.RunFaults(t, guardedFaults{newFaultHarness(t, false)})
 	})
 	t.Run("table-fifo", func(t *testing.T) {
 		t.Parallel()

@@ -326,7 +326,7 @@ const queueGrants = "SELECT, INSERT, UPDATE, DELETE"
 // lock user: "locker:…@host:port/db".
 func secureMySQL(t testing.TB) (*servers.MySQL, *servers.PKI, string, string) {
 	pki := servertest.PKI(t)
-	m := servertest.NewMySQLWith(t, servers.MySQLOptions{TLS: pki})
+	m := servertest.NewMySQL(t, servers.MySQLOptions{TLS: pki})
 	dsn := servertest.NewDatabase(t, m)
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {

@@ -56,7 +56,7 @@ func (d *tableDriver) TryLockAll(ctx context.Context, keys []string, ttl time.Du
 	}
 	s := &tableSet{d: d, table: quoteIdent(d.cfg.table)}
 	if _, err := rand.Read(s.owner[:]); err != nil {
-		return nil, fmt.Errorf("mysqllock: owner id: %w", err)
+		return nil, fmt.Errorf("owner id: %w", err)
 	}
 	var args []any
 	for _, k := range keys {
@@ -73,7 +73,7 @@ func (d *tableDriver) TryLockAll(ctx context.Context, keys []string, ttl time.Du
 		if ctx.Err() != nil {
 			s.tidyUp()
 		}
-		return nil, fmt.Errorf("mysqllock: acquire set: %w", err)
+		return nil, fmt.Errorf("acquire set: %w", err)
 	}
 	if err := s.readTokens(ctx); err != nil {
 		s.tidyUp()
@@ -107,7 +107,7 @@ func (s *tableSet) query(format string) string {
 func (s *tableSet) readTokens(ctx context.Context) error {
 	rows, err := s.d.db.QueryContext(ctx, s.query(setTokensSQL), s.keyArgs()...)
 	if err != nil {
-		return fmt.Errorf("mysqllock: read the set's tokens: %w", err)
+		return fmt.Errorf("read the set's tokens: %w", err)
 	}
 	defer rows.Close()
 	s.tokens = make([]uint64, len(s.keys))
@@ -125,7 +125,7 @@ func (s *tableSet) readTokens(ctx context.Context) error {
 		return err
 	}
 	if slices.Contains(s.tokens, 0) {
-		return fmt.Errorf("mysqllock: a row of the set was gone right after it was taken")
+		return fmt.Errorf("a row of the set was gone right after it was taken")
 	}
 	return nil
 }
@@ -139,7 +139,7 @@ func (s *tableSet) all(ctx context.Context, format string, first ...any) error {
 	ok, err := affectedAll(s.d.db.ExecContext(ctx, s.query(format), s.keyArgs(first...)...))(len(s.keys))
 	switch {
 	case err != nil:
-		return fmt.Errorf("mysqllock: set: %w", err)
+		return fmt.Errorf("set: %w", err)
 	case !ok:
 		_, _ = s.d.db.ExecContext(ctx, s.query(setTidySQL), s.keyArgs()...)
 		return dlock.ErrNotHeld

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -32,8 +33,16 @@ const DefaultTable = "dlock_locks"
 // round trip to the database does.
 const MinTTL = 10 * time.Millisecond
 
-// Option configures New and Migrate.
-type Option func(*config)
+// Option configures New, Migrate and NewGetLock: WithTable, WithFIFO and WithMigrate
+// apply to New and Migrate (the table Locker), WithMaxConns and WithCheckInterval to
+// NewGetLock; an option given to a constructor it does not apply to is ignored.
+type Option func(*options)
+
+// options are both Lockers' settings, one Option type for the package.
+type options struct {
+	config
+	getLockConfig
+}
 
 type config struct {
 	table   string
@@ -43,9 +52,12 @@ type config struct {
 }
 
 // WithTable makes New and Migrate use the table name instead of DefaultTable. The name
-// is one identifier (it is quoted, so any character but NUL is allowed), at most 64
-// characters, in the database the *sql.DB connects to.
-func WithTable(name string) Option { return func(c *config) { c.table = name } }
+// is one identifier in the database the *sql.DB connects to (it is quoted, so any
+// character MySQL allows in a quoted identifier may be in it: valid UTF-8 in the
+// Basic Multilingual Plane, no NUL, not ending in a space) of at most MaxTableLen
+// characters, so that its companion tables' names (HoldersTable, ElectionsTable,
+// the queue table) fit MySQL's 64.
+func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithFIFO turns the fair mode on or off. In the fair mode waiting Acquires queue in
 // a second table (the lock table's name + QueueSuffix, created by Migrate with
@@ -59,28 +71,56 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 //
 // Cost uncontended: the same one statement per acquire and per release; the acquire
 // also looks the key up in the queue table's index. Clients in either mode exclude
-// each other on a key, but only the fair mode's clients keep the order.
-func WithFIFO(on bool) Option { return func(c *config) { c.fifo = on } }
+// each other on a key (TestMixedModesExclude), but only the fair mode's clients keep
+// the order.
+func WithFIFO(on bool) Option { return func(o *options) { o.fifo = on } }
 
 // WithMigrate makes the Locker create its table (as Migrate does) before its first
 // lock, if the table does not exist yet. Without it, the table must have been created
 // with Migrate; a missing table makes every attempt fail with the database's error.
-func WithMigrate() Option { return func(c *config) { c.migrate = true } }
+func WithMigrate() Option { return func(o *options) { o.migrate = true } }
 
-func newConfig(opts []Option) (config, error) {
-	c := config{table: DefaultTable}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
+// apply applies opts to o.
+func (o *options) apply(opts []Option) {
+	for _, opt := range opts {
+		if opt != nil {
+			opt(o)
 		}
 	}
-	if c.table == "" || len([]rune(c.table)) > 64 || strings.ContainsRune(c.table, 0) {
-		return c, fmt.Errorf("mysqllock: table name %q: want 1 to 64 characters without NUL", c.table)
-	}
-	if c.fifo && len([]rune(c.table+QueueSuffix)) > 64 {
-		return c, fmt.Errorf("mysqllock: table name %q: the fair mode's queue table %q would be longer than 64 characters", c.table, c.table+QueueSuffix)
+}
+
+func newConfig(opts []Option) (config, error) {
+	o := options{config: config{table: DefaultTable}}
+	o.apply(opts)
+	c := o.config
+	if err := validateTable(c.table); err != nil {
+		return c, fmt.Errorf("mysqllock: %w", err)
 	}
 	return c, nil
+}
+
+// MaxTableLen is the longest lock table name, in characters: MySQL's 64 less the
+// longest suffix of its companion tables (ElectionsTable's "_elections").
+const MaxTableLen = 64 - len("_elections")
+
+// validateTable checks a lock table's name as MySQL checks a quoted identifier,
+// with room for its companions' suffixes.
+func validateTable(name string) error {
+	switch n := utf8.RuneCountInString(name); {
+	case n == 0 || n > MaxTableLen:
+		return fmt.Errorf("table name %q: want 1 to %d characters (%q, %q and %q must fit 64), not %d",
+			name, MaxTableLen, HoldersTable(name), ElectionsTable(name), name+QueueSuffix, n)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("table name %q is not valid UTF-8", name)
+	case strings.HasSuffix(name, " "):
+		return fmt.Errorf("table name %q ends in a space, which MySQL does not allow", name)
+	}
+	for _, r := range name {
+		if r == 0 || r > 0xFFFF {
+			return fmt.Errorf("table name %q contains %U, which MySQL does not allow in an identifier", name, r)
+		}
+	}
+	return nil
 }
 
 // New returns a Locker whose locks are rows of a table in db (DefaultTable, or the
@@ -119,7 +159,8 @@ func newLocker(db *sql.DB, c config) dlock.Locker {
 
 // Migrate creates the lock table in db if it does not exist (DefaultTable, or the one
 // given with WithTable), beside it the table of the semaphores and read-write locks
-// (HoldersTable) and that of the elections (ElectionsTable), and with WithFIFO(true)
+// (HoldersTable), that of the elections (ElectionsTable) and that of the locks'
+// holder records (OwnersTable), and with WithFIFO(true)
 // the fair mode's queue table (the lock table's name + QueueSuffix). It is idempotent
 // and safe to run from many processes at once.
 // It returns the database's error, wrapped, if the table cannot be created (e.g. no
@@ -129,16 +170,28 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	if err := migrate(ctx, db, c); err != nil {
+		return fmt.Errorf("mysqllock: %w", err)
+	}
+	return nil
+}
+
+// migrate is Migrate with c, its errors unprefixed (a Locker's WithMigrate reports
+// them through the core, which names the backend).
+func migrate(ctx context.Context, db *sql.DB, c config) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createTable, quoteIdent(c.table))); err != nil {
-		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(c.table), err)
+		return fmt.Errorf("create table %s: %w", quoteIdent(c.table), err)
 	}
 	if c.fifo {
 		q := quoteIdent(c.table + QueueSuffix)
 		if _, err := db.ExecContext(ctx, fmt.Sprintf(createQueue, q)); err != nil {
-			return fmt.Errorf("mysqllock: create table %s: %w", q, err)
+			return fmt.Errorf("create table %s: %w", q, err)
 		}
 	}
 	if err := migrateHolders(ctx, db, c.table); err != nil {
+		return err
+	}
+	if err := migrateOwners(ctx, db, c.table); err != nil {
 		return err
 	}
 	return migrateElections(ctx, db, c.table)

@@ -39,12 +39,9 @@ const createHolders = `CREATE TABLE IF NOT EXISTS %s (
 ) ENGINE=InnoDB`
 
 func migrateHolders(ctx context.Context, db *sql.DB, table string) error {
-	name := HoldersTable(table)
-	if len([]rune(name)) > 64 {
-		return fmt.Errorf("mysqllock: table name %q: the holders table %q would be longer than 64 characters", table, name)
-	}
+	name := HoldersTable(table) // fits: validateTable keeps room for the suffix
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createHolders, quoteIdent(name))); err != nil {
-		return fmt.Errorf("mysqllock: create table %s: %w", quoteIdent(name), err)
+		return fmt.Errorf("create table %s: %w", quoteIdent(name), err)
 	}
 	return nil
 }
@@ -153,7 +150,7 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 	lk := &primLock{s: s, key: []byte(key), owner: newOwner()}
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("mysqllock: begin: %w", err)
+		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	rows, err := d.primRows(ctx, tx, s, lk.key)
@@ -250,7 +247,7 @@ func busyOnDeadlock(err error) error {
 	if errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erLockWaitTimeout || me.Number == erDupEntry) {
 		return driver.Busy(0)
 	}
-	return fmt.Errorf("mysqllock: acquire: %w", err)
+	return fmt.Errorf("acquire: %w", err)
 }
 
 const (
@@ -282,7 +279,7 @@ func (l *primLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner))
 	switch {
 	case err != nil:
-		return fmt.Errorf("mysqllock: refresh: %w", err)
+		return fmt.Errorf("refresh: %w", err)
 	case !ok:
 		return dlock.ErrNotHeld
 	}
@@ -293,7 +290,7 @@ func (l *primLock) Unlock(ctx context.Context) error {
 	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner))
 	switch {
 	case err != nil:
-		return fmt.Errorf("mysqllock: release: %w", err)
+		return fmt.Errorf("release: %w", err)
 	case !ok:
 		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner) // expired: remove the row all the same
 		return dlock.ErrNotHeld

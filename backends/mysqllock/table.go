@@ -114,7 +114,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 		return d.prepared, nil
 	}
 	if d.cfg.migrate {
-		if err := Migrate(ctx, d.db, WithTable(d.cfg.table), WithFIFO(d.cfg.fifo)); err != nil {
+		if err := migrate(ctx, d.db, d.cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -136,7 +136,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 	}
 	if err != nil {
 		s.close()
-		return nil, fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+		return nil, fmt.Errorf("prepare statements on table %s: %w", t, err)
 	}
 	d.prepared = &s
 	return &s, nil
@@ -193,7 +193,7 @@ func (d *tableDriver) prepareOn(ctx context.Context, table string, defs []stmtDe
 				(*done.dst).Close()
 				*done.dst = nil
 			}
-			return fmt.Errorf("mysqllock: prepare statements on table %s: %w", t, err)
+			return fmt.Errorf("prepare statements on table %s: %w", t, err)
 		}
 		*def.dst = st
 	}
@@ -252,7 +252,7 @@ func (l *tableLock) settled(ctx, sctx context.Context, res sql.Result, err error
 	if uerr := lk.Unlock(sctx); uerr != nil && !errors.Is(uerr, dlock.ErrNotHeld) {
 		l.tidyUp()
 	}
-	return nil, fmt.Errorf("mysqllock: acquire: %w", context.Cause(ctx))
+	return nil, fmt.Errorf("acquire: %w", context.Cause(ctx))
 }
 
 // granted finishes a statement that took the lock unless it failed: the token is
@@ -272,14 +272,15 @@ func (l *tableLock) granted(ctx context.Context, res sql.Result, err error) (dri
 			// free what it may have taken.
 			l.tidyUp()
 		}
-		return nil, fmt.Errorf("mysqllock: acquire: %w", err)
+		return nil, fmt.Errorf("acquire: %w", err)
 	}
 	if id <= 0 || id&busyFlag != 0 {
 		l.tidyUp()
-		return nil, fmt.Errorf("mysqllock: acquire: the server returned token %d (is the statement's LAST_INSERT_ID reported?)", id)
+		return nil, fmt.Errorf("acquire: the server returned token %d (is the statement's LAST_INSERT_ID reported?)", id)
 	}
 	l.token = uint64(id)
 	l.d.hint(string(l.key), true)
+	l.record()
 	return l, nil
 }
 
@@ -339,6 +340,7 @@ type tableLock struct {
 	// validFrom is when the statement that granted the lock was sent (fair mode: a
 	// waiter's grant comes long after its Acquire began).
 	validFrom time.Time
+	holder    []byte // the JSON of the holder record its acquire carried, nil if none
 }
 
 // ValidFrom is when the statement that granted the lock was sent (driver.ValidFrom).
@@ -359,7 +361,7 @@ func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	ok, err := affected(exec(ctx, l.s.refresh, micros(ttl), l.key, l.owner[:]))
 	switch {
 	case err != nil:
-		return fmt.Errorf("mysqllock: refresh: %w", err)
+		return fmt.Errorf("refresh: %w", err)
 	case !ok:
 		return dlock.ErrNotHeld
 	}
@@ -370,7 +372,7 @@ func (l *tableLock) Unlock(ctx context.Context) error {
 	ok, err := affected(exec(ctx, l.s.release, l.key, l.owner[:]))
 	switch {
 	case err != nil:
-		return fmt.Errorf("mysqllock: release: %w", err)
+		return fmt.Errorf("release: %w", err)
 	case !ok:
 		// Not ours, or ours but expired: free it if it is still ours.
 		_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])

@@ -14,7 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/tlsurl"
+	"github.com/dlock-go/dlock/backends/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
@@ -29,9 +29,10 @@ const (
 	Scheme = "mysql"
 	// GetLockScheme opens NewGetLock:
 	// mysql+getlock://user:pass@host:port/db?wait_timeout=30&check_interval=1s&max_conns=100.
-	// wait_timeout (whole seconds) is set on every connection: it is how long the
-	// server keeps the locks of a client that vanished without closing its connection.
-	// check_interval is WithCheckInterval, max_conns WithMaxConns.
+	// wait_timeout (whole seconds, 1 to 31536000) is set on every connection: it is
+	// how long the server keeps the locks of a client that vanished without closing
+	// its connection. check_interval (100ms to 1h) is WithCheckInterval, max_conns (1
+	// to 100000) WithMaxConns.
 	GetLockScheme = "mysql+getlock"
 )
 
@@ -57,10 +58,10 @@ func parseTable(u *url.URL) (*mysql.Config, []Option, config, error) {
 	if t, ok := q["table"]; ok {
 		opts = append(opts, WithTable(t))
 	}
-	if v, ok := q["fifo"]; ok {
-		on, err := strconv.ParseBool(v)
+	if _, ok := q["fifo"]; ok {
+		on, err := q.Bool("fifo", false)
 		if err != nil {
-			return nil, nil, config{}, fmt.Errorf("%w: fifo=%q: want true or false", dlock.ErrInvalidURL, v)
+			return nil, nil, config{}, err
 		}
 		opts = append(opts, WithFIFO(on))
 	}
@@ -122,50 +123,63 @@ func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, erro
 		return nil, getLockConfig{}, 0, err
 	}
 	wait := defaultWaitTimeout
-	if v, ok := q["wait_timeout"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, getLockConfig{}, 0, fmt.Errorf("%w: wait_timeout=%q: want whole seconds >= 1", dlock.ErrInvalidURL, v)
+	if _, ok := q["wait_timeout"]; ok {
+		n, err := q.Int("wait_timeout", 0, 1, maxWaitTimeout)
+		if err != nil {
+			return nil, getLockConfig{}, 0, err
 		}
-		cfg.Params = map[string]string{"wait_timeout": v}
+		cfg.Params = map[string]string{"wait_timeout": strconv.Itoa(n)}
 		wait = time.Duration(n) * time.Second
 	}
-	c := getLockConfig{check: DefaultCheckInterval, maxConns: DefaultMaxConns, ownDB: true}
-	if v, ok := q["max_conns"]; ok {
-		if c.maxConns, err = strconv.Atoi(v); err != nil || c.maxConns < 1 {
-			return nil, getLockConfig{}, 0, fmt.Errorf("%w: max_conns=%q: want a number of connections >= 1", dlock.ErrInvalidURL, v)
-		}
+	c := getLockConfig{ownDB: true}
+	if c.maxConns, err = q.Int("max_conns", DefaultMaxConns, 1, maxMaxConns); err != nil {
+		return nil, getLockConfig{}, 0, err
 	}
-	if v, ok := q["check_interval"]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return nil, getLockConfig{}, 0, fmt.Errorf("%w: check_interval=%q: want a positive duration such as 1s", dlock.ErrInvalidURL, v)
-		}
-		c.check = d
+	if c.check, err = q.Duration("check_interval", DefaultCheckInterval, minCheckInterval, maxCheckInterval); err != nil {
+		return nil, getLockConfig{}, 0, err
 	}
 	return cfg, c, wait, nil
 }
 
+// The bounds of mysql+getlock's parameters. wait_timeout is the server's own range
+// (1 to 31536000 seconds, a year). Each check pings the connection within one
+// interval: below 100ms a ping slower than that (a remote server, a busy one) ends
+// a healthy lease; above an hour a silent network's loss goes unnoticed for hours
+// (the interval is cut to a third of wait_timeout anyway). max_conns goes up to the
+// server's own ceiling of max_connections (100000).
+const (
+	maxWaitTimeout   = 31536000
+	minCheckInterval = 100 * time.Millisecond
+	maxCheckInterval = time.Hour
+	maxMaxConns      = 100000
+)
+
+// maxTrialWait is the longest a silent holder's session may outlive it for the fault
+// scenarios that wait for a second grant to be exercised (they wait a minute at most).
+const maxTrialWait = 50 * time.Second
+
 // declareGetLock: locks last as long as the connection; the server keeps a silent
 // client's connection for wait_timeout (8 hours unless the URL sets it, or the
 // server's configuration differs); the server queues a name's waiters (FIFO). A
-// holder learns that the server restarted (and dropped its lock) at its next
-// connection check: a server that restarts within two check intervals can grant the
-// lock to another client first — with the default 1s interval a local MariaDB does
-// (ServerRestart on "mysql+getlock (defaults)"), with 100ms it does not.
+// holder learns that the server restarted (and dropped its lock) as the server's
+// process ends and its connection closes, not at its next check, so a server that
+// is back within milliseconds still finds the holder's lease ended (ServerRestart,
+// with the default check interval and a short one alike).
 // Semaphores are the generic ones (slots of named locks): no fencing, no order, and
 // limits are not compared. Sets of keys are taken key by key (waiting in one key's
 // queue at a time).
 func declareGetLock(u *url.URL) (spec.Capabilities, error) {
-	_, c, wait, err := parseGetLock(u)
+	_, _, wait, err := parseGetLock(u)
 	if err != nil {
 		return spec.Capabilities{}, err
 	}
 	caps := spec.Capabilities{SessionTimeout: wait, FIFO: true,
-		Semaphore: &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}},
-		MultiKey:  &spec.Primitive{}}
-	if c.check >= 250*time.Millisecond {
-		caps.FaultOutcomes = map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Sometimes}
+		DeletionSeen: spec.SeenBySession, // the lock is the connection's: deleting it is killing that
+		Semaphore:    &spec.Primitive{Native: false, Weaknesses: []spec.Property{spec.SemaphoreConflict}},
+		MultiKey:     &spec.Primitive{}}
+	if wait > maxTrialWait {
+		why := fmt.Sprintf("the server keeps a silent holder's lock for wait_timeout (%v): no second client is granted within a trial (wait_timeout=2 shows what happens when it ends)", wait)
+		caps.Inapplicable = map[spec.Scenario]string{spec.HolderPause: why, spec.Partition: why}
 	}
 	return caps, nil
 }
@@ -226,9 +240,15 @@ func dsnConfig(u *url.URL, q map[string]string) (*mysql.Config, error) {
 	if u.Port() == "" {
 		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
 	}
+	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil || strings.Contains(u.Host, ",") {
+		return nil, fmt.Errorf("%w: %s:// takes one host[:port], not %q", dlock.ErrInvalidURL, u.Scheme, u.Host)
+	}
 	if u.User != nil {
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()
+		if cfg.User == "" && cfg.Passwd != "" {
+			return nil, fmt.Errorf("%w: %s:// has a password but no user name", dlock.ErrInvalidURL, u.Scheme)
+		}
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if strings.Contains(db, "/") {

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	bsm "github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
-	"github.com/dlock-go/dlock/internal/redisops"
+	"github.com/dlock-go/dlock/internal/closetest"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -57,9 +58,10 @@ func TestClusterKeyLayout(t *testing.T) {
 	}
 }
 
-// TestPeerExclusion: a lock taken with plain SET key value NX PX (go-redis SetNX, and
-// the bsm/redislock library) and one taken by New on the same key name exclude each
-// other, and neither's release frees the other's lock.
+// TestPeerExclusion: a lock taken with plain SET key value NX PX (go-redis SetNX) and
+// one taken by New on the same key name exclude each other, and neither's release
+// frees the other's lock. The bsm/redislock library is checked the same way by the
+// lab (lab/peers/bsmpeer TestExclusionWithRedislock).
 func TestPeerExclusion(t *testing.T) {
 	addr := sharedRedis(t).Addr()
 	raw := client(t, addr)
@@ -77,24 +79,6 @@ func TestPeerExclusion(t *testing.T) {
 		}
 		raw.Del(ctx, k)
 	})
-	t.Run("bsm holds", func(t *testing.T) {
-		k := uniqueKey("peer-bsm")
-		peer, err := bsm.Obtain(ctx, raw, k, 30*time.Second, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
-			t.Fatalf("TryAcquire of a key bsm/redislock holds: want ErrNotAcquired, got %v", err)
-		}
-		if err := peer.Release(ctx); err != nil {
-			t.Fatalf("bsm Release: %v", err)
-		}
-		ls, err := l.TryAcquire(ctx, k)
-		if err != nil {
-			t.Fatalf("TryAcquire after bsm's release: %v", err)
-		}
-		_ = ls.Release(ctx)
-	})
 	t.Run("dlock holds", func(t *testing.T) {
 		k := uniqueKey("peer-dlock")
 		ls, err := l.TryAcquire(ctx, k, dlock.WithTTL(30*time.Second))
@@ -104,24 +88,20 @@ func TestPeerExclusion(t *testing.T) {
 		if ok, err := raw.SetNX(ctx, k, "peer", 30*time.Second).Result(); err != nil || ok {
 			t.Fatalf("SET NX PX on a key dlock holds: set=%v err=%v, want not set", ok, err)
 		}
-		if _, err := bsm.Obtain(ctx, raw, k, 30*time.Second, nil); !errors.Is(err, bsm.ErrNotObtained) {
-			t.Fatalf("bsm Obtain on a key dlock holds: want ErrNotObtained, got %v", err)
-		}
 		if err := ls.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		peer, err := bsm.Obtain(ctx, raw, k, 30*time.Second, nil)
-		if err != nil {
-			t.Fatalf("bsm Obtain after dlock's release: %v", err)
+		if ok, err := raw.SetNX(ctx, k, "peer", 30*time.Second).Result(); err != nil || !ok {
+			t.Fatalf("SET NX PX after dlock's release: set=%v err=%v", ok, err)
 		}
-		// A stale dlock lease cannot free bsm's lock (owner value check).
+		// A stale dlock lease cannot free the peer's lock (owner value check).
 		if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 			t.Fatalf("second Release: want ErrNotHeld, got %v", err)
 		}
-		if ttl, err := peer.TTL(ctx); err != nil || ttl <= 0 {
-			t.Fatalf("bsm's lock after a stale dlock Release: ttl %v, %v", ttl, err)
+		if v, err := raw.Get(ctx, k).Result(); err != nil || v != "peer" {
+			t.Fatalf("the peer's lock after a stale dlock Release: %q, %v", v, err)
 		}
-		_ = peer.Release(ctx)
+		raw.Del(ctx, k)
 	})
 }
 
@@ -407,7 +387,7 @@ func TestFairWaiterNeedsNoMessage(t *testing.T) {
 	}()
 	// Wait until the waiter has renewed its place once after joining (its deadline
 	// moved): it has subscribed and looked again, and now sleeps.
-	dl := redisops.DeadlineKey(k)
+	dl := redislock.DeadlineKey(k)
 	first := 0.0
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // the queue is the store's: nothing signals a change
 		if time.Now().After(deadline) {
@@ -692,11 +672,11 @@ func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
 	rel := redisops.NewReleases(c)
 	defer rel.Close()
 	key := uniqueKey("fair-wake")
-	if res, err := redisops.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 10*time.Second); err != nil || !res.Acquired {
+	if res, err := redislock.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 10*time.Second); err != nil || !res.Acquired {
 		t.Fatalf("holder: %+v, %v", res, err)
 	}
 	for _, w := range []string{"first", "second"} {
-		if res, err := redisops.FairAcquire(ctx, c, key, w, 10*time.Second, true, 10*time.Second); err != nil || res.Acquired {
+		if res, err := redislock.FairAcquire(ctx, c, key, w, 10*time.Second, true, 10*time.Second); err != nil || res.Acquired {
 			t.Fatalf("%s queues: %+v, %v", w, res, err)
 		}
 	}
@@ -715,7 +695,7 @@ func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop3()
-	if ok, err := redisops.FairRelease(ctx, c, key, "holder", false); err != nil || !ok {
+	if ok, err := redislock.FairRelease(ctx, c, key, "holder", false); err != nil || !ok {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
 	for name, ch := range map[string]<-chan struct{}{"the first waiter": first, "the key's channel": any} {
@@ -733,4 +713,87 @@ func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
 		t.Error("the second waiter was woken by a release that was not its turn")
 	default:
 	}
+}
+
+// TestMixedModesExclude: clients of the fair mode and of the default mode on one key
+// exclude each other (both take the same lock key; the fair mode adds its queue):
+// goroutines of each kind take the lock in turn, and none ever finds another inside.
+func TestMixedModesExclude(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	plain, fair := redislock.New(client(t, addr)), redislock.New(client(t, addr), redislock.WithFIFO(true))
+	defer plain.Close()
+	defer fair.Close()
+	locktest.MutuallyExclusive(t, uniqueKey("mixed"), plain, fair)
+}
+
+// TestReleaseReplyLost: a release whose reply is lost with its connection (the
+// script ran: the lock is gone) is retried by go-redis, and the retry must not take
+// the lock's absence for a loss — Release succeeds and the lease ends released, in
+// every mode (a key, the fair mode, a set of keys, a semaphore). The proxy lets the
+// release through and closes the connection when its reply comes back.
+func TestReleaseReplyLost(t *testing.T) {
+	r := sharedRedis(t)
+	px := servertest.Proxy(t, r.Addr())
+	ctx := ctxFor(t, time.Minute)
+	for _, c := range []struct {
+		name, query string
+		take        func(l dlock.Locker, k string) (dlock.Lease, error)
+	}{
+		{"key", "", func(l dlock.Locker, k string) (dlock.Lease, error) { return l.TryAcquire(ctx, k) }},
+		{"fifo", "?fifo=true", func(l dlock.Locker, k string) (dlock.Lease, error) { return l.TryAcquire(ctx, k) }},
+		{"set", "", func(l dlock.Locker, k string) (dlock.Lease, error) {
+			return dlock.TryAcquireAll(ctx, l, []string{k, "{" + k + "}/2"})
+		}},
+		{"semaphore", "", func(l dlock.Locker, k string) (dlock.Lease, error) {
+			s, err := dlock.NewSemaphore(l, k, 2)
+			if err != nil {
+				return nil, err
+			}
+			return s.TryAcquire(ctx)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := servertest.Open(t, "redis://"+px.Addr()+c.query)
+			// A first cycle loads the release script: the lost reply must be the
+			// script's own, not a NOSCRIPT before it.
+			warm, err := c.take(l, uniqueKey("warm-"+c.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			k := uniqueKey("release-reply-lost-" + c.name)
+			ls, err := c.take(l, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			px.LoseReply(k)
+			defer px.Restore()
+			if err := ls.Release(ctx); err != nil {
+				t.Fatalf("Release whose reply was lost (the script ran): %v; want success", err)
+			}
+			if !errors.Is(ls.Err(), dlock.ErrReleased) {
+				t.Fatalf("the lease ended with %v, want ErrReleased", ls.Err())
+			}
+			if again, err := c.take(l, k); err != nil {
+				t.Fatalf("the key after its release: %v", err)
+			} else {
+				_ = again.Release(ctx)
+			}
+		})
+	}
+}
+
+// TestCloseWaitsForWaiters (fair mode): a waiter whose Locker closes leaves the queue
+// before the client closes, and a grant that lands during Close is released
+// (closetest).
+func TestCloseWaitsForWaiters(t *testing.T) {
+	r := sharedRedis(t)
+	admin := client(t, r.Addr())
+	closetest.Run(t, closetest.Target{
+		Addr:    r.Addr(),
+		URL:     func(addr string) string { return "redis://" + addr + "?fifo=true" },
+		Waiting: func(t testing.TB, key string) int { return waiting(t, admin, key) },
+	})
 }

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redisops"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
+	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
@@ -45,7 +46,7 @@ func TestCampaignWithoutPermission(t *testing.T) {
 		t.Fatalf("the error shows the password: %v", err)
 	}
 	admin := adminClient(t, r, pki)
-	if n, err := admin.Exists(ctx, redisops.ElectionKey("acl-election")).Result(); err != nil || n != 0 {
+	if n, err := admin.Exists(ctx, redislock.ElectionKey("acl-election")).Result(); err != nil || n != 0 {
 		t.Fatalf("the refused campaign left a term behind (EXISTS %d, %v)", n, err)
 	}
 	full, err := dlock.NewElection(servertest.Open(t, fmt.Sprintf("rediss://:adm1n-pw@%s?%s", r.Addr(), pki.URLQuery())), "acl-election")

@@ -13,3 +13,16 @@ import (
 func NewSETNXWithClock(client redis.UniversalClient, v Variant, now func() time.Time) dlock.Locker {
 	return newSETNX(client, v, false, now)
 }
+
+// The key layout and the fair mode's scripts, for tests that look into the store.
+var (
+	QueueKey    = queueKey
+	DeadlineKey = deadlineKey
+	ElectionKey = electionKey
+	// ElectionTermKey and ElectionLogKey: the term counter and the log
+	// (TestElectionStateExpires).
+	ElectionTermKey = electionTermKey
+	ElectionLogKey  = electionLogKey
+	FairAcquire     = fairAcquire
+	FairRelease     = fairRelease
+)

@@ -7,12 +7,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisops"
 )
 
 // fairDriver is New with WithFIFO: the same lock, granted in arrival order from a
-// queue of waiters that the store keeps (redisops.FairAcquire). A waiter renews its
+// queue of waiters that the store keeps (fairAcquire). A waiter renews its
 // place every third of its TTL, so a waiter that crashed is dropped within its TTL;
 // a release names the first waiter on the release channel, and a waiter also looks
 // again at each renewal and when the holder's TTL runs out, so that no single lost
@@ -23,7 +23,7 @@ var _ driver.Waiter = fairDriver{}
 
 // TryLock takes the lock only if it is free and no one waits.
 func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	lk, res, err := d.attempt(ctx, key, redisops.NewValue(), ttl, false)
+	lk, res, err := d.attempt(ctx, key, redisops.NewOwner(ctx), ttl, false)
 	if lk != nil || err != nil {
 		return lk, err
 	}
@@ -35,7 +35,7 @@ func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) 
 // out. When ctx ends it leaves the queue (and gives back a lock granted to a request
 // whose reply it did not wait for).
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	value := redisops.NewValue()
+	value := redisops.NewOwner(ctx)
 	lk, res, err := d.attempt(ctx, key, value, ttl, true)
 	if lk != nil || err != nil {
 		return lk, waitErr(ctx, err)
@@ -74,15 +74,15 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	}
 }
 
-// attempt runs redisops.FairAcquire once for value (joining or staying in the queue
+// attempt runs fairAcquire once for value (joining or staying in the queue
 // with wait); on an error after which the script may have run it leaves the queue
 // and gives back what it may have been granted.
-func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Duration, wait bool) (driver.Lock, redisops.FairResult, error) {
-	var res redisops.FairResult
+func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Duration, wait bool) (driver.Lock, fairResult, error) {
+	var res fairResult
 	sent := time.Now()
 	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
 		var err error
-		res, err = redisops.FairAcquire(ctx, s, key, value, ttl, wait, ttl)
+		res, err = fairAcquire(ctx, s, key, value, ttl, wait, ttl)
 		return res.Acquired, err
 	})
 	if err != nil {
@@ -103,7 +103,7 @@ func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Dur
 func (d fairDriver) leave(key, value string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = redisops.FairRelease(ctx, d.c, key, value, true)
+	_, _ = fairRelease(ctx, d.c, key, value, true)
 }
 
 // waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.

@@ -15,7 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
-	"github.com/dlock-go/dlock/internal/redisops"
+	"github.com/dlock-go/dlock/internal/fencetest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/spec"
 )
@@ -261,6 +261,17 @@ func (s singleFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, conforma
 	return s.h.NewPartitionedLocker(t)
 }
 
+// guardedFaults and guardedFailover run the fenced scenarios (HolderPauseFenced;
+// FailoverFencedWrite, where tokens repeat) with every fencing guard as the
+// resource too, on servers of their own (fencetest.Guards): a cell per guard.
+type (
+	guardedFaults   struct{ singleFaults }
+	guardedFailover struct{ failoverFaults }
+)
+
+func (guardedFaults) FenceGuards(t testing.TB) []conformance.FenceGuard   { return fencetest.Guards(t) }
+func (guardedFailover) FenceGuards(t testing.TB) []conformance.FenceGuard { return fencetest.Guards(t) }
+
 func (f failoverFaults) NewLocker(t testing.TB) dlock.Locker { return f.h.NewLocker(t) }
 func (f failoverFaults) Capabilities() spec.Capabilities     { return f.h.Capabilities() }
 func (f failoverFaults) PauseReplication(t testing.TB)       { f.h.PauseReplication(t) }
@@ -274,10 +285,12 @@ func (r restartFaults) RestartServers(t testing.TB)         { r.h.RestartServers
 // holder crash, pause with fencing and partition hold; a restart without persistence,
 // a server clock jump and an asynchronous failover violate mutual exclusion; with
 // appendfsync always a restart holds; with WithReplicaAck the failover holds
-// (grants are refused while the replica lags).
+// (grants are refused while the replica lags). On one server and on the failover
+// pair the fencing guards decide the fenced writes too: every guard refuses the
+// paused holder and the token handed out twice.
 func TestFaults(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
-		conformance.RunFaults(t, singleFaults{newFaultHarness(t, faultConfig{clock: true})})
+		conformance.RunFaults(t, guardedFaults{singleFaults{newFaultHarness(t, faultConfig{clock: true})}})
 	})
 	t.Run("fifo", func(t *testing.T) {
 		conformance.RunFaults(t, singleFaults{newFaultHarness(t, faultConfig{clock: true, fifo: true})})
@@ -286,7 +299,7 @@ func TestFaults(t *testing.T) {
 		conformance.RunFaults(t, restartFaults{newFaultHarness(t, faultConfig{aof: "always"})})
 	})
 	t.Run("replica", func(t *testing.T) {
-		conformance.RunFaults(t, failoverFaults{newFaultHarness(t, faultConfig{replica: true})})
+		conformance.RunFaults(t, guardedFailover{failoverFaults{newFaultHarness(t, faultConfig{replica: true})}})
 	})
 	t.Run("replica-ack", func(t *testing.T) {
 		conformance.RunFaults(t, failoverFaults{newFaultHarness(t, faultConfig{replica: true, ack: true})})
@@ -313,7 +326,7 @@ func (w immortalWaiters) Capabilities() spec.Capabilities {
 
 func (w immortalWaiters) Waiting(t testing.TB, key string) int {
 	ctx := ctxFor(t, 10*time.Second)
-	dl := redisops.DeadlineKey(key)
+	dl := redislock.DeadlineKey(key)
 	waiters, err := w.admin.ZRange(ctx, dl, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)

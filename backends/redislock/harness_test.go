@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
-	"github.com/dlock-go/dlock/internal/redisops"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -147,7 +147,7 @@ func (h *harness) Waiting(t testing.TB, key string) int { return waiting(t, h.ad
 
 // waiting counts the waiters in key's queue.
 func waiting(t testing.TB, c redis.UniversalClient, key string) int {
-	n, err := c.ZCard(ctxFor(t, 10*time.Second), redisops.QueueKey(key)).Result()
+	n, err := c.ZCard(ctxFor(t, 10*time.Second), redislock.QueueKey(key)).Result()
 	if err != nil {
 		t.Fatalf("ZCARD of %q's queue: %v", key, err)
 	}

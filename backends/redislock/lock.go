@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisops"
 )
 
 // cleanupTimeout bounds the owner-checked release that undoes a grant whose reply
@@ -23,7 +23,7 @@ type redisDriver struct {
 }
 
 func (d *redisDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	value := redisops.NewValue()
+	value := redisops.NewOwner(ctx)
 	var token uint64
 	var remaining time.Duration
 	var ok bool
@@ -90,7 +90,7 @@ func (d *redisDriver) write(ctx context.Context, key string, op func(redis.Scrip
 			return err
 		}
 	default:
-		return fmt.Errorf("redislock: WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", d.c)
+		return fmt.Errorf("WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", d.c)
 	}
 	conn := node.Conn()
 	defer conn.Close()
@@ -100,7 +100,7 @@ func (d *redisDriver) write(ctx context.Context, key string, op func(redis.Scrip
 	}
 	n, err := conn.Wait(ctx, d.cfg.ackReplicas, d.cfg.ackTimeout).Result()
 	if err != nil {
-		return fmt.Errorf("redislock: WAIT %d %v: %w", d.cfg.ackReplicas, d.cfg.ackTimeout, err)
+		return fmt.Errorf("WAIT %d %v: %w", d.cfg.ackReplicas, d.cfg.ackTimeout, err)
 	}
 	if int(n) < d.cfg.ackReplicas {
 		return fmt.Errorf("%w: %d of %d replicas acknowledged the write of %q within %v",
@@ -149,7 +149,7 @@ func (l *redisLock) Unlock(ctx context.Context) error {
 	release := redisops.Release
 	if l.fair {
 		release = func(ctx context.Context, c redis.Scripter, key, value string) (bool, error) {
-			return redisops.FairRelease(ctx, c, key, value, false)
+			return fairRelease(ctx, c, key, value, false)
 		}
 	}
 	return heldUnless(release(ctx, l.d.c, l.key, l.value))

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisops"
 )
 
 // Sets of keys (dlock.AcquireAll): one script takes every key or none, each with
@@ -27,25 +27,25 @@ func (d *redisDriver) TryLockAll(ctx context.Context, keys []string, ttl time.Du
 		slot := redisops.Slot(keys[0])
 		for _, k := range keys[1:] {
 			if redisops.Slot(k) != slot {
-				return nil, fmt.Errorf("redislock: keys %q and %q are in different cluster slots: %w", keys[0], k, errors.ErrUnsupported)
+				return nil, fmt.Errorf("keys %q and %q are in different cluster slots: %w", keys[0], k, errors.ErrUnsupported)
 			}
 		}
 	default:
-		return nil, fmt.Errorf("redislock: sets of keys in one script need a *redis.Client or *redis.ClusterClient, not %T: %w", c, errors.ErrUnsupported)
+		return nil, fmt.Errorf("sets of keys in one script need a *redis.Client or *redis.ClusterClient, not %T: %w", c, errors.ErrUnsupported)
 	}
-	value := redisops.NewValue()
+	value := redisops.NewOwner(ctx)
 	var tokens []uint64
 	var remaining time.Duration
 	var ok bool
 	err := d.write(ctx, keys[0], func(s redis.Scripter) (bool, error) {
 		var err error
-		tokens, remaining, ok, err = redisops.AcquireAll(ctx, s, keys, value, ttl)
+		tokens, remaining, ok, err = acquireAll(ctx, s, keys, value, ttl)
 		return ok, err
 	})
 	if err != nil {
 		if ok || !redisops.IsReply(err) {
 			cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-			_, _ = redisops.ReleaseAll(cctx, d.c, keys, value)
+			_, _ = releaseAll(cctx, d.c, keys, value)
 			cancel()
 		}
 		return nil, err
@@ -69,10 +69,10 @@ func (s *redisSet) Tokens() []uint64 { return slices.Clone(s.tokens) }
 
 func (s *redisSet) Refresh(ctx context.Context, ttl time.Duration) error {
 	return s.d.refresh(ctx, s.keys[0], func(sc redis.Scripter) (bool, error) {
-		return redisops.RefreshAll(ctx, sc, s.keys, s.value, ttl)
+		return refreshAll(ctx, sc, s.keys, s.value, ttl)
 	})
 }
 
 func (s *redisSet) Unlock(ctx context.Context) error {
-	return heldUnless(redisops.ReleaseAll(ctx, s.d.c, s.keys, s.value))
+	return heldUnless(releaseAll(ctx, s.d.c, s.keys, s.value))
 }

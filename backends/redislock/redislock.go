@@ -20,8 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisops"
 )
 
 // Option configures New.
@@ -54,7 +54,7 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 }
 
 // WithFIFO turns the fair mode on or off. In the fair mode the store keeps a queue
-// of waiting Acquires per key (in the lock key's hash slot: redisops.QueueKey) and
+// of waiting Acquires per key (in the lock key's hash slot: queueKey) and
 // grants the lock in arrival order: a TryAcquire fails while anyone waits, and a
 // holder that releases and asks again queues behind the waiters. Each waiter renews
 // its place every third of its TTL; a waiter that stops (a crashed process) is
@@ -66,8 +66,8 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 //
 // Cost: the same round trips as without it (one to acquire, one to release when
 // uncontended); the scripts do a few more operations on the server. Clients in
-// either mode exclude each other on a key, but only the fair mode's clients keep
-// the order.
+// either mode exclude each other on a key (TestMixedModesExclude), but only the fair
+// mode's clients keep the order.
 func WithFIFO(on bool) Option {
 	return func(c *config) { c.fifo = on }
 }

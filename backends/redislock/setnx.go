@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisops"
 )
 
 // Variant names one of the classic SETNX algorithms of NewSETNX.
@@ -168,7 +168,7 @@ type setnxLock struct {
 func (l *setnxLock) Token() uint64 { return 0 }
 
 func (l *setnxLock) Refresh(context.Context, time.Duration) error {
-	return fmt.Errorf("redislock: %s has no refresh: %w", l.d.variant, errors.ErrUnsupported)
+	return fmt.Errorf("%s has no refresh: %w", l.d.variant, errors.ErrUnsupported)
 }
 
 func (l *setnxLock) Unlock(ctx context.Context) error {

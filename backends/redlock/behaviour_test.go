@@ -94,7 +94,7 @@ func TestTwoOfFiveKilledStillGranted(t *testing.T) {
 
 // unavailableBound is how soon ErrUnavailable must come: a few per-node timeouts
 // (the default one for the default TTL is 100ms), with room for a loaded machine.
-var unavailableBound = 10 * redlock.DefaultNodeTimeout(dlock.DefaultTTL)
+var unavailableBound = 10 * redlock.NodeTimeout(dlock.DefaultTTL)
 
 // With 3 of 5 masters dead, TryAcquire and Acquire (which would otherwise retry
 // forever) return ErrUnavailable promptly.
@@ -135,7 +135,7 @@ func TestHungMajorityUnavailable(t *testing.T) {
 	if !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("3 of 5 masters hung: want ErrUnavailable, got %v", err)
 	}
-	nt := redlock.DefaultNodeTimeout(dlock.DefaultTTL)
+	nt := redlock.NodeTimeout(dlock.DefaultTTL)
 	if took < nt || took > unavailableBound {
 		t.Errorf("3 of 5 masters hung: ErrUnavailable after %v, want after the per-node timeout %v and within %v", took, nt, unavailableBound)
 	}
@@ -342,15 +342,15 @@ func TestDelayedRestartKeepsExclusion(t *testing.T) {
 	_ = lb.Release(ctxFor(t, 10*time.Second))
 }
 
-func TestDefaultNodeTimeout(t *testing.T) {
+func TestNodeTimeout(t *testing.T) {
 	for ttl, want := range map[time.Duration]time.Duration{
 		100 * time.Millisecond: 50 * time.Millisecond,
 		10 * time.Second:       100 * time.Millisecond,
 		20 * time.Second:       200 * time.Millisecond,
 		time.Hour:              250 * time.Millisecond,
 	} {
-		if got := redlock.DefaultNodeTimeout(ttl); got != want {
-			t.Errorf("DefaultNodeTimeout(%v) = %v, want %v", ttl, got, want)
+		if got := redlock.NodeTimeout(ttl); got != want {
+			t.Errorf("NodeTimeout(%v) = %v, want %v", ttl, got, want)
 		}
 	}
 }
@@ -453,7 +453,7 @@ func TestOpenRejects(t *testing.T) {
 
 func TestOpen(t *testing.T) {
 	rs := privateMasters(t, masters, false)
-	l, err := dlock.Open(ctxFor(t, 10*time.Second), url(rs)+"?node_timeout=200ms&drift_factor=0.5&drift_fixed=0s")
+	l, err := dlock.Open(ctxFor(t, 10*time.Second), url(rs)+"?node_timeout=200ms&drift_factor=0.5&drift_fixed=1ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,4 +579,83 @@ func TestSplitVoteBrokenByGate(t *testing.T) {
 			t.Errorf("after the failed attempt %d masters hold %q: %v (want only the holder's 3)", n, k, vals)
 		}
 	})
+}
+
+// proxied starts n masters for t alone, each behind a proxy, and returns the proxies
+// and a redlock:// URL through them (query appended).
+func proxied(t *testing.T, n int, query string) (servers.Proxies, string) {
+	rs := servertest.RedisMasters(t, n)
+	var ps servers.Proxies
+	var hosts []string
+	for _, r := range rs {
+		p := servertest.Proxy(t, r.Addr())
+		ps = append(ps, p)
+		hosts = append(hosts, p.Addr())
+	}
+	return ps, "redlock://" + strings.Join(hosts, ",") + query
+}
+
+// TestReleaseReplyLost: every master's reply to a release is lost with its
+// connection after the release ran; go-redis retries on each, and the retries must
+// not count as "not ours any more": Release succeeds and the lease ends released.
+func TestReleaseReplyLost(t *testing.T) {
+	ps, u := proxied(t, 3, "")
+	l := servertest.Open(t, u)
+	ctx := ctxFor(t, time.Minute)
+	warm(t, l) // loads the scripts: the lost reply is the release's own, not a NOSCRIPT
+	k := key(t)
+	ls, err := l.TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		p.LoseReply(k)
+	}
+	defer ps.Restore()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("Release whose replies were lost (the scripts ran): %v; want success", err)
+	}
+	if !errors.Is(ls.Err(), dlock.ErrReleased) {
+		t.Fatalf("the lease ended with %v, want ErrReleased", ls.Err())
+	}
+}
+
+// TestAcquireAllGiveBackWaitsForRefresh: a set of two keys with auto-renewal; a
+// Refresh refreshes the first key (which writes the lock's TTL and validity) while
+// the second key's requests are held by the proxies, past the lease's deadline.
+// The lease then ends (ErrLost) and gives the set back — and the give-back must wait
+// for the Refresh still using the locks (the lease's operation slot), not run beside
+// it: the race detector saw the give-back's read of the first lock's TTL race with
+// the Refresh's write.
+func TestAcquireAllGiveBackWaitsForRefresh(t *testing.T) {
+	ps, u := proxied(t, 3, "?node_timeout=30s")
+	l := servertest.Open(t, u)
+	ctx := ctxFor(t, time.Minute)
+	a, b := key(t)+"/a", key(t)+"/b"
+	const ttl = 2 * time.Second
+	set, err := dlock.TryAcquireAll(ctx, l, []string{a, b}, dlock.WithTTL(ttl), dlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		p.Hold(b) // b's requests stall; a's go through
+	}
+	defer ps.Restore()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- set.Refresh(ctx, ttl) }()
+	<-set.Done() // the deadline passes while b's refresh is held
+	if !errors.Is(set.Err(), dlock.ErrLost) {
+		t.Fatalf("the set lease ended with %v, want ErrLost", set.Err())
+	}
+	if err := <-refreshed; err == nil {
+		t.Fatal("Refresh across the deadline succeeded")
+	}
+	ps.Restore()
+	// The give-back frees a (b is freed too, or ends at its TTL).
+	probe := servertest.Open(t, u)
+	if ls, err := probe.Acquire(ctxFor(t, 3*ttl), a, dlock.WithTTL(ttl)); err != nil {
+		t.Fatalf("the lost set's first key is still held: %v", err)
+	} else {
+		_ = ls.Release(ctx)
+	}
 }

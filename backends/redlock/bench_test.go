@@ -7,17 +7,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/internal/measure"
-	"github.com/dlock-go/dlock/internal/redisops"
-	"github.com/dlock-go/dlock/peers/redsyncpeer"
 )
 
 // BenchmarkQuorumCost measures what the quorum costs: one uncontended
 // acquire+release over 1 master and over 5 masters, alternating in the same loop on
 // the same servers (so that the machine's load hits both alike), and, after them,
-// go-redsync over the same 5 masters. It reports the p50 and p99 of each and the
-// ratio of the p50s (5 masters / 1 master):
+// the same scripts sent by hand. It reports the p50 and p99 of each and the ratio of
+// the p50s (5 masters / 1 master). go-redsync over 5 masters is the lab's to compare
+// (dlock-lab bench --targets 'redlock(5),redsync(5)'):
 //
 //	go test -run '^$' -bench QuorumCost -benchtime 3000x ./backends/redlock/
 func BenchmarkQuorumCost(b *testing.B) {
@@ -73,15 +73,6 @@ func BenchmarkQuorumCost(b *testing.B) {
 	report(b, "raw1m", r1)
 	report(b, "raw5m", r5)
 	b.ReportMetric(float64(r5.P50)/float64(r1.P50), "p50-raw5m/raw1m")
-
-	peer := redsyncpeer.New(clients(b, rs))
-	defer peer.Close()
-	lp, err := measure.Uncontended(ctx, peer, k+"/redsync", len(d5))
-	if err != nil {
-		b.Fatal(err)
-	}
-	report(b, "redsync5m", lp)
-	b.ReportMetric(float64(lp.P50)/float64(l5.P50), "p50-redsync/5m")
 }
 
 // firstAnswers runs f on every client in parallel and returns after need of them

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisops"
 )
 
 func newDriver(clients []redis.UniversalClient, c config) *redlockDriver {
@@ -87,14 +87,14 @@ func (d *redlockDriver) nodeTimeout(ttl time.Duration) time.Duration {
 	if d.cfg.nodeTimeout > 0 {
 		return d.cfg.nodeTimeout
 	}
-	return DefaultNodeTimeout(ttl)
+	return NodeTimeout(ttl)
 }
 
 // TryLock is steps 1–4 of the algorithm (package doc), with the tie-break of a split
 // vote (tiebreak.go).
 func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	start := time.Now()
-	value := redisops.NewValue()
+	value := redisops.NewOwner(ctx)
 	timeout := d.nodeTimeout(ttl)
 	longest := timeout // the longest a request of this round may stay in flight
 	if d.firstContact() {
@@ -144,7 +144,7 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	// release then follows in the background.)
 	waitAtMost(r.settled, 2*longest)
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redlock: acquire %q: %w", key, err)
+		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
 	return nil, driver.Busy(d.busyFor(r))
 }
@@ -264,7 +264,7 @@ func (l *lock) outcome(r *round, what string) error {
 	case l.d.tooMany(r, no):
 		return fmt.Errorf("%w: redlock: %d of %d masters no longer hold %q", dlock.ErrNotHeld, r.count(no), len(l.d.nodes), l.key)
 	case r.ctxErr != nil:
-		return fmt.Errorf("redlock: %s %q: %w", what, l.key, r.ctxErr)
+		return fmt.Errorf("%s %q: %w", what, l.key, r.ctxErr)
 	}
 	return l.d.undecided(r, fmt.Sprintf("%s %q", what, l.key))
 }

@@ -114,19 +114,31 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 }
 
 // send runs op for master i once it has a slot, and returns its outcome. It gives
-// up without sending when ctx ends or the round is decided first. The per-node
+// up without sending when ctx has ended, or when it has to wait for a slot and ctx
+// ends or the round is decided first. The per-node
 // timeout runs from the moment the request is sent: op's ctx ends then, and report
 // gets a timeout vote then even if op does not return (go-redis only obeys ctx
 // deadlines on the socket with Options.ContextTimeoutEnabled; otherwise it waits up
 // to its ReadTimeout).
 func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int, timeout time.Duration, op func(ctx context.Context, i int) vote, report func(vote)) vote {
 	slots := d.nodes[i].slots
+	if err := ctx.Err(); err != nil {
+		return vote{answer: failed, err: err}
+	}
+	// A free slot sends the request even when the round was decided meanwhile (a
+	// goroutine scheduled late on a loaded machine): a lost round's tie-break needs
+	// the gate's answer (tiebreak.go). Only a request that would wait for a slot is
+	// given up once the outcome is known.
 	select {
 	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return vote{answer: failed, err: ctx.Err()}
-	case <-decided:
-		return vote{answer: failed, err: errNotSent}
+	default:
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return vote{answer: failed, err: ctx.Err()}
+		case <-decided:
+			return vote{answer: failed, err: errNotSent}
+		}
 	}
 	defer func() { <-slots }()
 	nd := &d.nodes[i]

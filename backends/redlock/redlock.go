@@ -5,7 +5,7 @@
 //
 //  1. Acquire: send the same key and the same random 128-bit value to every master in
 //     parallel (vote.lua: SET-if-absent with a PX expiry, in Lua), each request
-//     bounded by a short per-node timeout (DefaultNodeTimeout, or WithNodeTimeout).
+//     bounded by a short per-node timeout (NodeTimeout, or WithNodeTimeout).
 //  2. Decide as soon as the outcome is known: held once a majority (N/2+1) granted it;
 //     failed once so many masters refused or did not answer that a majority can no
 //     longer be reached. A slow master is not waited for once the answer is known.
@@ -43,15 +43,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/generic"
 )
 
 // Option configures New.
 type Option func(*config)
 
 type config struct {
-	nodeTimeout time.Duration // 0: DefaultNodeTimeout(ttl)
+	nodeTimeout time.Duration // 0: NodeTimeout(ttl)
 	maxInFlight int
 	drift       func(time.Duration) time.Duration
 	ownsClients bool // Close closes the clients (URL openers)
@@ -59,7 +59,7 @@ type config struct {
 
 // WithNodeTimeout sets a fixed per-node timeout: how long one request to one master
 // may take before that master counts as unreachable for this request. d <= 0 keeps
-// the default, DefaultNodeTimeout(ttl). A larger timeout costs nothing while a
+// the default, NodeTimeout(ttl). A larger timeout costs nothing while a
 // majority answers quickly (the decision does not wait for the slow ones); it makes a
 // failing attempt, and dlock.ErrUnavailable, come later when masters hang.
 func WithNodeTimeout(d time.Duration) Option {
@@ -86,7 +86,7 @@ func WithMaxInFlight(n int) Option {
 const DefaultMaxInFlight = 2
 
 // WithDrift sets the clock-drift allowance: a lease's validity is TTL − elapsed −
-// (TTL×factor + fixed). The default is driver.DefaultDrift: factor 0.01, fixed 2ms.
+// (TTL×factor + fixed). The default is driver.StandardDrift: factor 0.01, fixed 2ms.
 // The allowance covers masters whose clocks run faster than this client's; it does
 // not cover clock jumps.
 func WithDrift(factor float64, fixed time.Duration) Option {
@@ -97,15 +97,15 @@ func WithDrift(factor float64, fixed time.Duration) Option {
 	}
 }
 
-// DefaultNodeTimeout is the per-node timeout for a lease of ttl when WithNodeTimeout
+// NodeTimeout is the per-node timeout for a lease of ttl when WithNodeTimeout
 // is not given: ttl/100, at least 50ms and at most 250ms (100ms for the default 10s
 // TTL). It is small against the TTL, so that an attempt that has to wait for a
 // master that does not answer still leaves most of the validity, and not smaller
 // than 50ms, so that a loaded machine's late answers still count.
 //
 // (On a 2-core machine under -race, 10ms requests to local masters timed out often
-// enough to fail the conformance suite; TestDefaultNodeTimeout records the choice.)
-func DefaultNodeTimeout(ttl time.Duration) time.Duration {
+// enough to fail the conformance suite; TestNodeTimeout records the choice.)
+func NodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/100, 50*time.Millisecond), 250*time.Millisecond)
 }
 
@@ -128,7 +128,7 @@ const MinTTL = 10 * time.Millisecond
 //
 // Not guaranteed: see the package doc. Token is always 0.
 func New(clients []redis.UniversalClient, opts ...Option) dlock.Locker {
-	c := config{drift: driver.DefaultDrift}
+	c := config{drift: driver.StandardDrift}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/redisops"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 )
 
 var (

@@ -14,16 +14,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redisops"
-	"github.com/dlock-go/dlock/internal/tlsurl"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
+	"github.com/dlock-go/dlock/backends/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme of New: redlock://[user:password@]h1:port,h2:port,…[/db],
 // one host per independent master (the same credentials, database number and TLS
-// settings for all). Query parameters: node_timeout (a Go duration; WithNodeTimeout),
-// drift_factor (a number, e.g. 0.01) and drift_fixed (a Go duration, e.g. 2ms) for
-// WithDrift (both or neither), and the TLS parameters of redis:// (tls, tls_ca,
+// settings for all). Query parameters: node_timeout (a Go duration from 1ms to 1m;
+// WithNodeTimeout), drift_factor (a number from 0 to 0.5, e.g. 0.01) and drift_fixed
+// (a Go duration from 1ms to 1s, e.g. 2ms) for WithDrift (both or neither), and the TLS parameters of redis:// (tls, tls_ca,
 // tls_cert, tls_key, tls_server_name; see docs/connecting.md).
 //
 // The opener refuses a host named twice. It pings every master in parallel and
@@ -135,28 +135,42 @@ func inspect(ctx context.Context, u *url.URL) ([]spec.Finding, error) {
 	return fs, nil
 }
 
-func urlOptions(q map[string]string) ([]Option, error) {
+// The bounds of the query parameters. A node timeout below 1ms is below any
+// round trip (every request would fail), and beyond a minute a hung master stalls
+// each attempt that long. Redis expires keys to the millisecond, so the fixed drift
+// is at least 1ms (with drift_factor=0 the allowance would otherwise be nothing);
+// above a second it is no drift: ask for a longer TTL. A drift factor above a half
+// gives up most of every lease.
+const (
+	minNodeTimeout = time.Millisecond
+	maxNodeTimeout = time.Minute
+	maxDriftFactor = 0.5
+	minDriftFixed  = time.Millisecond
+	maxDriftFixed  = time.Second
+)
+
+func urlOptions(q dlock.Query) ([]Option, error) {
 	var opts []Option
-	if s, ok := q["node_timeout"]; ok {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%w: node_timeout=%q: want a positive Go duration such as 50ms", dlock.ErrInvalidURL, s)
+	if _, ok := q["node_timeout"]; ok {
+		d, err := q.Duration("node_timeout", 0, minNodeTimeout, maxNodeTimeout)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, WithNodeTimeout(d))
 	}
-	factor, hasFactor := q["drift_factor"]
-	fixedS, hasFixed := q["drift_fixed"]
+	_, hasFactor := q["drift_factor"]
+	_, hasFixed := q["drift_fixed"]
 	if hasFactor != hasFixed {
 		return nil, fmt.Errorf("%w: drift_factor and drift_fixed go together", dlock.ErrInvalidURL)
 	}
 	if hasFactor {
-		f, err := strconv.ParseFloat(factor, 64)
-		if err != nil || f < 0 || f >= 1 {
-			return nil, fmt.Errorf("%w: drift_factor=%q: want a number in [0, 1)", dlock.ErrInvalidURL, factor)
+		f, err := q.Float("drift_factor", 0, 0, maxDriftFactor)
+		if err != nil {
+			return nil, err
 		}
-		fixed, err := time.ParseDuration(fixedS)
-		if err != nil || fixed < 0 {
-			return nil, fmt.Errorf("%w: drift_fixed=%q: want a Go duration such as 2ms", dlock.ErrInvalidURL, fixedS)
+		fixed, err := q.Duration("drift_fixed", 0, minDriftFixed, maxDriftFixed)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, WithDrift(f, fixed))
 	}

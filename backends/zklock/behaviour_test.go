@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/zklock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/closetest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -650,12 +652,8 @@ func TestACLProtectsLockNodes(t *testing.T) {
 // node — block no one: TryAcquire and Acquire are granted past them, and a waiter
 // is granted when the real holder releases.
 func TestPlantedNodesIgnored(t *testing.T) {
-	z := servertest.ZooKeeper(t)
 	root := "/dlock-planted"
-	l := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
-	other := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
-	admin := connect(t, z.Addrs(), 10*time.Second)
-	k := uniqueKey(t)
+	l, other, admin, k := plantScene(t, root)
 	dir := zklock.LockDir(root, k)
 	if _, err := admin.CreateContainer(dir, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
@@ -683,6 +681,20 @@ func TestPlantedNodesIgnored(t *testing.T) {
 		got <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // queued behind the holder (a later grant would be as good)
+	// Describe shows the real holder and its waiter, not the planted nodes.
+	var st []dlock.KeyState
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, err = dlock.Describe(ctx, l, k); err != nil {
+			t.Fatal(err)
+		}
+		if len(st) != 1 || len(st[0].Waiters) == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(st) != 1 || len(st[0].Holders) != 1 || st[0].Holders[0].Token != ls.Token() || len(st[0].Waiters) != 1 ||
+		!strings.HasPrefix(st[0].Note, "2 node(s)") {
+		t.Errorf("Describe past planted nodes: %+v, want the holder of token %d, one waiter, and a note of 2 planted nodes", st, ls.Token())
+	}
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -701,7 +713,7 @@ func TestPlantedNodesIgnored(t *testing.T) {
 // certificate, or to one that trusts another CA.
 func TestTLSRefusals(t *testing.T) {
 	pki := servertest.PKI(t)
-	z := servertest.NewZooKeeperWith(t, servers.ZooKeeperOptions{TLS: pki})
+	z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{TLS: pki})
 	base := "zk://" + z.Addr() + "/dlock-tls"
 	for name, u := range map[string]string{
 		"plain text":            base,
@@ -715,6 +727,48 @@ func TestTLSRefusals(t *testing.T) {
 		}
 	}
 	servertest.Open(t, base+"?"+pki.URLQuery()).Close()
+}
+
+// TestTLSVerifiesHostName: each server's certificate is verified against the host
+// name the URL gives for it, not the address that name resolves to. A server whose
+// certificate carries only the DNS name "localhost" is reached as
+// zk://localhost:port (go-zookeeper resolves names before it dials: verified
+// against 127.0.0.1, the certificate was refused) and refused as
+// zk://127.0.0.1:port; one whose certificate carries only 127.0.0.1 the other way
+// round. Neither URL names the server (tls_server_name), so each host is verified
+// under its own name, as in an ensemble with a certificate per host.
+func TestTLSVerifiesHostName(t *testing.T) {
+	for _, c := range []struct{ certFor, good, bad string }{
+		{"localhost", "localhost", "127.0.0.1"},
+		{"127.0.0.1", "127.0.0.1", "localhost"},
+	} {
+		t.Run("certificate for "+c.certFor, func(t *testing.T) {
+			pki := servertest.PKIFor(t, c.certFor)
+			z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{TLS: pki})
+			_, port, err := net.SplitHostPort(z.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := "/dlock-tls-name?tls_ca=" + url.QueryEscape(pki.CAFile) + "&tls_cert=" + url.QueryEscape(pki.ClientCert) +
+				"&tls_key=" + url.QueryEscape(pki.ClientKey)
+			good := "zk://" + net.JoinHostPort(c.good, port) + q
+			l, err := dlock.Open(ctxFor(t, 10*time.Second), good)
+			if err != nil {
+				t.Fatalf("Open %s (the certificate's own name): %v", good, err)
+			}
+			ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), uniqueKey(t))
+			if err != nil {
+				t.Fatalf("TryAcquire over TLS: %v", err)
+			}
+			_ = ls.Release(ctxFor(t, 10*time.Second))
+			l.Close()
+			bad := "zk://" + net.JoinHostPort(c.bad, port) + q
+			if l, err := dlock.Open(ctxFor(t, 3*time.Second), bad); err == nil {
+				l.Close()
+				t.Errorf("Open %s succeeded: the certificate does not carry %s", bad, c.bad)
+			}
+		})
+	}
 }
 
 // TestInspect: the deployment check reports a clamped session timeout, a
@@ -750,12 +804,8 @@ func TestInspect(t *testing.T) {
 // observers report the real leader, never a planted one, and ErrNoLeader when there
 // is none.
 func TestPlantedCandidatesIgnored(t *testing.T) {
-	z := servertest.ZooKeeper(t)
 	root := "/dlock-planted-latch"
-	l := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
-	other := servertest.Open(t, "zk://"+z.Addrs()[0]+root)
-	admin := connect(t, z.Addrs(), 10*time.Second)
-	name := uniqueKey(t)
+	l, other, admin, name := plantScene(t, root)
 	dir := zklock.ElectionPath(root, name)
 	if err := makeAll(admin, dir); err != nil {
 		t.Fatal(err)
@@ -782,6 +832,10 @@ func TestPlantedCandidatesIgnored(t *testing.T) {
 	if ld, err := e.Leader(ctx); err != nil || ld.Value != "real" || ld.Token != term.Token() {
 		t.Errorf("Leader: %+v, %v; want the real leader (token %d)", ld, err, term.Token())
 	}
+	if st, err := dlock.Describe(ctx, other, name); err != nil || len(st) != 1 || len(st[0].Holders) != 1 || len(st[0].Waiters) != 0 ||
+		st[0].Holders[0].Value != "real" || st[0].Holders[0].Token != term.Token() {
+		t.Errorf("Describe: %+v, %v; want the real leader alone (token %d)", st, err, term.Token())
+	}
 	oe, err := dlock.NewElection(other, name)
 	if err != nil {
 		t.Fatal(err)
@@ -796,6 +850,16 @@ func TestPlantedCandidatesIgnored(t *testing.T) {
 	}
 }
 
+// plantScene opens two Lockers on root and a plain connection to plant nodes with,
+// and returns them with a key no other test uses.
+func plantScene(t *testing.T, root string) (l, other dlock.Locker, admin *zk.Conn, key string) {
+	t.Helper()
+	z := servertest.ZooKeeper(t)
+	l = servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	other = servertest.Open(t, "zk://"+z.Addrs()[0]+root)
+	return l, other, connect(t, z.Addrs(), 10*time.Second), uniqueKey(t)
+}
+
 // makeAll creates path and its missing parents as persistent nodes.
 func makeAll(conn *zk.Conn, path string) error {
 	for i := 1; i <= len(path); i++ {
@@ -807,4 +871,123 @@ func makeAll(conn *zk.Conn, path string) error {
 		}
 	}
 	return nil
+}
+
+// TestPlantedPrimitiveNodesIgnored: persistent nodes planted where semaphores and
+// read-write locks keep their nodes — named like dlock's and Curator's lease nodes
+// (one with another limit), like read and write nodes, like a lock node queued on
+// the semaphore's D/locks, or anything else — take no permit, queue nobody, block
+// no reader or writer and are no conflict: a semaphore of limit 1 is granted past
+// them (and refuses a second holder), a waiter is granted when the real holder
+// releases, and a read-write lock on the same key is granted once the semaphore's
+// holders are gone.
+func TestPlantedPrimitiveNodesIgnored(t *testing.T) {
+	root := "/dlock-planted-prim"
+	l, other, admin, k := plantScene(t, root)
+	dir := zklock.LockDir(root, k)
+	if err := makeAll(admin, dir+"/leases"); err != nil {
+		t.Fatal(err)
+	}
+	plant := func(path string) {
+		t.Helper()
+		if _, err := admin.Create(path, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(path, -1) })
+	}
+	for _, n := range []string{"_c_0123456789abcdef0123456789abcdef-limit1-lease-0000000000",
+		"_c_0123456789abcdef0123456789abcdef-limit3-lease-0000000001", "lease-0000000002", "junk"} {
+		plant(dir + "/leases/" + n)
+	}
+	for _, n := range []string{"_c_0123456789abcdef0123456789abcdef-__WRIT__0000000000", "__READ__0000000001"} {
+		plant(dir + "/" + n)
+	}
+	if err := makeAll(admin, dir+"/locks"); err != nil { // the semaphore's queue
+		t.Fatal(err)
+	}
+	plant(dir + "/locks/_c_0123456789abcdef0123456789abcdef-lock-0000000000")
+	ctx := ctxFor(t, 30*time.Second)
+	sem, err := dlock.NewSemaphore(l, k, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	osem, err := dlock.NewSemaphore(other, k, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("semaphore TryAcquire past planted nodes: %v", err)
+	}
+	if _, err := osem.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("semaphore TryAcquire while the one permit is held: %v, want ErrNotAcquired", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ls2, err := osem.Acquire(ctx)
+		if err == nil {
+			err = ls2.Release(ctx)
+		}
+		got <- err
+	}()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("semaphore Acquire after the real holder's release: %v", err)
+	}
+	rw, err := dlock.NewRWMutex(l, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, try := range map[string]func(context.Context, ...dlock.Option) (dlock.Lease, error){
+		"TryAcquire": rw.TryAcquire, "TryAcquireShared": rw.TryAcquireShared} {
+		ls, err := try(ctx)
+		if err != nil {
+			t.Fatalf("read-write lock %s past planted nodes: %v", name, err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReservedRootsRefused: a root with a ".elections" segment (ending in one, or
+// inside one) would put its lock directories among the election directories of a
+// Locker on a shorter root (the lock "x" under /r/.elections is the election "x"
+// under /r, which a Curator LeaderLatch on it also reads): ErrInvalidURL. Names that
+// merely look alike are fine.
+func TestReservedRootsRefused(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	for _, root := range []string{"/r/.elections", "/.elections", "/r/.elections/x"} {
+		l, err := dlock.Open(ctxFor(t, 10*time.Second), "zk://"+z.Addrs()[0]+root)
+		if !errors.Is(err, dlock.ErrInvalidURL) {
+			t.Errorf("Open with root %s: %v, want ErrInvalidURL", root, err)
+		}
+		if l != nil {
+			l.Close()
+		}
+	}
+	for _, root := range []string{"/r/elections", "/r/.electionsx", "/r/x.elections"} {
+		l, err := dlock.Open(ctxFor(t, 10*time.Second), "zk://"+z.Addrs()[0]+root)
+		if err != nil {
+			t.Errorf("Open with root %s: %v", root, err)
+			continue
+		}
+		l.Close()
+	}
+}
+
+// TestCloseWaitsForWaiters: a waiter whose Locker closes leaves no node in the queue
+// (closetest). A Locker opened by URL ends its session at Close, which takes every
+// node of its away: the grant-during-Close check has nothing to show here.
+func TestCloseWaitsForWaiters(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	h := newHarness(t, z.Addrs(), 10*time.Second)
+	closetest.Run(t, closetest.Target{
+		Addr:         z.Addrs()[0],
+		URL:          func(addr string) string { return "zk://" + addr + h.root },
+		Waiting:      h.Waiting,
+		NoGrantCheck: true,
+	})
 }

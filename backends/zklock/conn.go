@@ -7,7 +7,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -126,6 +129,63 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// namedHosts is a zk.HostProvider that hands the dialer each server as the URL
+// names it ("zk1.example:2281"), in a random order, rather than the addresses its
+// name resolved to (go-zookeeper's DNSHostProvider): a TLS dial then verifies the
+// certificate under that name (tls.DialWithDialer takes ServerName from the
+// address), and the name is resolved again at each dial (net.Dialer tries each
+// address it has).
+type namedHosts struct {
+	mu         sync.Mutex
+	servers    []string
+	curr, last int
+}
+
+// Init takes the servers (host:port each) and shuffles them.
+func (h *namedHosts) Init(servers []string) error {
+	for _, s := range servers {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return err
+		}
+	}
+	if len(servers) == 0 {
+		return errors.New("no ZooKeeper server")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.servers = slices.Clone(servers)
+	rand.Shuffle(len(h.servers), func(i, j int) { h.servers[i], h.servers[j] = h.servers[j], h.servers[i] })
+	h.curr, h.last = -1, -1
+	return nil
+}
+
+// Len is the number of servers.
+func (h *namedHosts) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.servers)
+}
+
+// Next returns the next server to try; retryStart is true once every server was
+// tried since the last successful connection (go-zookeeper then pauses).
+func (h *namedHosts) Next() (server string, retryStart bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.curr = (h.curr + 1) % len(h.servers)
+	retryStart = h.curr == h.last
+	if h.last == -1 {
+		h.last = 0
+	}
+	return h.servers[h.curr], retryStart
+}
+
+// Connected notes that the current server was reached.
+func (h *namedHosts) Connected() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.last = h.curr
 }
 
 // quiet drops go-zookeeper's log lines (every reconnect attempt is logged).

@@ -38,7 +38,10 @@ var (
 // ElectionPath returns the directory of election name under root: the latch path a
 // Curator LeaderLatch takes to campaign in it. Its ".elections" segment is never a
 // lock directory (EscapeKey escapes '.').
-func ElectionPath(root, name string) string { return root + "/.elections/" + EscapeKey(name) }
+func ElectionPath(root, name string) string { return root + "/" + electionsDir + "/" + EscapeKey(name) }
+
+// electionsDir is the directory under the root that holds every election's.
+const electionsDir = ".elections"
 
 func (d *zkDriver) TryCampaign(ctx context.Context, name, value string, _ time.Duration) (driver.Lock, error) {
 	return d.campaign(ctx, name, value, false)

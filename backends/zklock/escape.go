@@ -1,6 +1,10 @@
 package zklock
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
 
 // Escaping a key into one ZooKeeper path segment.
 //
@@ -47,4 +51,28 @@ func EscapeKey(key string) string {
 		b.WriteByte(hexDigits[c&15])
 	}
 	return b.String()
+}
+
+// unescapeKey returns the key that EscapeKey turns into seg; ok is false for a
+// segment EscapeKey never makes (another node under the root).
+func unescapeKey(seg string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		switch {
+		case keep(c):
+			b.WriteByte(c)
+		case c == '%' && i+2 < len(seg):
+			n, err := strconv.ParseUint(seg[i+1:i+3], 16, 8)
+			if err != nil {
+				return "", false
+			}
+			b.WriteByte(byte(n))
+			i += 2
+		default:
+			return "", false
+		}
+	}
+	key := b.String()
+	return key, key != "" && utf8.ValidString(key) && EscapeKey(key) == seg
 }

@@ -1,7 +1,6 @@
 package zklock
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -9,28 +8,6 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
 )
-
-// unescape reverses EscapeKey; ok is false for a segment EscapeKey never returns.
-func unescape(seg string) (key string, ok bool) {
-	var b strings.Builder
-	for i := 0; i < len(seg); i++ {
-		c := seg[i]
-		switch {
-		case keep(c):
-			b.WriteByte(c)
-		case c == '%' && i+2 < len(seg):
-			v, err := strconv.ParseUint(seg[i+1:i+3], 16, 8)
-			if err != nil || keep(byte(v)) || strings.ToUpper(seg[i+1:i+3]) != seg[i+1:i+3] {
-				return "", false
-			}
-			b.WriteByte(byte(v))
-			i += 2
-		default:
-			return "", false
-		}
-	}
-	return b.String(), true
-}
 
 // checkSegment fails unless seg is one ZooKeeper path segment that decodes to key.
 func checkSegment(t *testing.T, key, seg string) {
@@ -46,8 +23,17 @@ func checkSegment(t *testing.T, key, seg string) {
 	if len(seg) > 3*dlock.MaxKeyLen {
 		t.Fatalf("EscapeKey(%q) is %d bytes", key, len(seg))
 	}
-	if back, ok := unescape(seg); !ok || back != key {
+	if back, ok := unescapeKey(seg); !ok || back != key {
 		t.Fatalf("EscapeKey(%q) = %q decodes to %q (ok %v): not injective", key, seg, back, ok)
+	}
+}
+
+func TestUnescapeKeyRefuses(t *testing.T) {
+	// Segments EscapeKey never makes: other nodes under the root.
+	for _, seg := range []string{"", ".elections", "a.b", "%2f", "%41", "%4", "a%", "%ZZ", "%FF"} {
+		if key, ok := unescapeKey(seg); ok {
+			t.Errorf("unescapeKey(%q) = %q, want no key", seg, key)
+		}
 	}
 }
 

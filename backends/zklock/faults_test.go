@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/zklock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/fencetest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -39,6 +40,12 @@ func (h singleFaults) RestartServers(t testing.TB) {
 		t.Fatalf("restart ZooKeeper: %v", err)
 	}
 }
+
+// guardedFaults runs HolderPauseFenced with every fencing guard as the resource
+// too, on servers of their own (fencetest.Guards): a cell per guard.
+type guardedFaults struct{ singleFaults }
+
+func (guardedFaults) FenceGuards(t testing.TB) []conformance.FenceGuard { return fencetest.Guards(t) }
 
 // defaultFaults runs what depends on the session timeout: a restart, a cut-off and a
 // hung holder.
@@ -102,8 +109,8 @@ func (h ensembleFaults) Diagnose(t testing.TB, key string) string {
 }
 
 // TestFaults runs the fault campaign on ZooKeeper: holder crash and pause (child
-// processes), a server restart with its data, and a blackholed holder on one
-// server; the leader kill of a 3-node ensemble under contention (every trial starts
+// processes; the paused holder refused by every fencing guard too), a server
+// restart with its data, and a blackholed holder on one server; the leader kill of a 3-node ensemble under contention (every trial starts
 // from three nodes). The ensemble part does not run under the race detector:
 // go-zookeeper v1.0.4 reads its last zxid in the reconnect's SetWatches while the
 // receive loop writes it, a race in the library (reported upstream as
@@ -111,14 +118,14 @@ func (h ensembleFaults) Diagnose(t testing.TB, key string) string {
 // leader kill risks tripping. "make test" runs it again without -race, so CI runs it either way.
 func TestFaults(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
-		z := servertest.NewZooKeeper(t)
+		z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{})
 		h := newHarness(t, z.Addrs(), 2*time.Second)
-		conformance.RunFaults(t, singleFaults{faultHarness{h}, z})
+		conformance.RunFaults(t, guardedFaults{singleFaults{faultHarness{h}, z}})
 	})
 	t.Run("defaults", func(t *testing.T) {
 		// The same server with the URL's defaults (session_timeout 10s), for what
 		// depends on the timeout: a cut-off or hung holder, a restart.
-		z := servertest.NewZooKeeper(t)
+		z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{})
 		h := newHarness(t, z.Addrs(), 0)
 		h.name = "zk (default session_timeout)"
 		conformance.RunFaults(t, defaultFaults{singleFaults{faultHarness{h}, z}})

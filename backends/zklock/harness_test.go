@@ -237,7 +237,7 @@ const secretPassword = "S3CRET-zk-pw"
 // port speaks TLS only and requires client certificates.
 func TestConformanceTLSAuth(t *testing.T) {
 	pki := servertest.PKI(t)
-	z := servertest.NewZooKeeperWith(t, servers.ZooKeeperOptions{TLS: pki})
+	z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{TLS: pki})
 	h := &harness{name: "zk (TLS, digest ACL)", addrs: z.Addrs(), root: "/dlock-secure", timeout: 2 * time.Second,
 		admin:    connectAs(t, z.Addrs(), 10*time.Second, pki.ClientTLS(), "locker:"+secretPassword),
 		userinfo: "locker:" + secretPassword + "@", query: pki.URLQuery(), proxies: map[dlock.Locker][]*servers.Proxy{}}

@@ -2,18 +2,14 @@ package zklock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -25,17 +21,18 @@ type zkDriver struct {
 	mu         sync.Mutex
 	held       map[*zkLock]struct{}
 	monitoring bool
+	lastUp     time.Time // when the monitor last saw the client with its session
 	closed     bool
 	done       chan struct{} // closed by Close
 }
 
 func (d *zkDriver) TryLock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, nil, false, mutexRule, nil))
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, holderData(ctx), false, mutexRule, nil))
 }
 
 // Lock queues for key and waits until every node before ours is gone.
 func (d *zkDriver) Lock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
-	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, nil, true, mutexRule, nil))
+	return asLock(d.acquire(ctx, LockDir(d.cfg.root, key), lockInfix, holderData(ctx), true, mutexRule, nil))
 }
 
 // asLock returns lk as a driver.Lock, or no Lock at all with an error.
@@ -44,28 +41,6 @@ func asLock(lk *zkLock, err error) (driver.Lock, error) {
 		return nil, err
 	}
 	return lk, nil
-}
-
-// rule decides from the children of a queue's directory whether our node (name)
-// holds the lock: watch is "" when it does, else the node whose end may change
-// that; mine is false when our node is not among children.
-type rule func(children []string, name string) (watch string, mine bool, err error)
-
-// mutexRule: the lowest lock node holds; a waiter watches the node just before its
-// own.
-var mutexRule = lowestRule(lockInfix)
-
-// lowestRule: the lowest node named with infix holds (a mutex's "lock-", an
-// election's "latch-"); a waiter watches the node just before its own.
-func lowestRule(infix string) rule {
-	return func(children []string, name string) (string, bool, error) {
-		seq, ok := parseSeqOf(name, infix)
-		if !ok {
-			return "", false, fmt.Errorf("unexpected lock node name %q", name)
-		}
-		pred, mine := predecessor(children, name, seq, infix)
-		return pred, mine, nil
-	}
 }
 
 func (d *zkDriver) Close() error {
@@ -81,317 +56,150 @@ func (d *zkDriver) Close() error {
 	return nil
 }
 
-// acquire queues a node named with infix, holding data, in dir and takes the lock as
-// r decides (waiting for it with wait). check, if not nil, runs once beside the
-// first look at the queue; its error aborts the acquire (a conflict).
-func (d *zkDriver) acquire(ctx context.Context, dir, infix string, data []byte, wait bool, r rule, check func() error) (*zkLock, error) {
-	path, err := call(ctx, func() (string, error) { return d.create(dir, infix, data) },
-		func(path string, err error) { // ctx ended first: undo a create that went through
-			if err == nil {
-				d.discard(path)
-			}
-		})
-	if err != nil {
-		return nil, err
-	}
-	lk, err := d.queue(ctx, dir, path, wait, r, check)
-	if err != nil {
-		// Leave nothing behind: delete our node now, or in the background until the
-		// ensemble answers (or the session is gone).
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_, derr := call(dctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) }, nil)
-		cancel()
-		if derr != nil && !errors.Is(derr, zk.ErrNoNode) {
-			go d.discard(path)
-		}
-		return nil, err
-	}
-	return lk, nil
+// zkLock is one held lock: our node, lowest in its directory.
+type zkLock struct {
+	d     *zkDriver
+	path  string
+	token uint64 // the node's creation zxid
+	owner int64  // the session that owns the node
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	cause    error // set before lost is closed
+
+	mu        sync.Mutex
+	unlocking bool          // a delete of ours was sent: its NodeDeleted event is no loss
+	unlocked  chan struct{} // closed when a delete of ours succeeded
+	deleting  chan struct{} // the delete in flight (retried while disconnected), closed when it ended
+	delErr    error         // its result
+	waiting   int           // Unlock calls waiting for it
+	ambiguous bool          // an earlier delete's fate is unknown (connection lost)
 }
 
-// create makes our ephemeral sequential node in dir, named with infix and holding
-// data, and returns its path. A create whose answer was lost with the connection is
-// looked up by its GUID rather than made twice.
-func (d *zkDriver) create(dir, infix string, data []byte) (string, error) {
-	var g [16]byte
-	_, _ = rand.Read(g[:])
-	guid := hex.EncodeToString(g[:])
-	prefix := dir + "/" + protectedPrefix + guid + "-" + infix
-	var err error
-	for range 8 {
-		var path string
-		path, err = d.conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, d.cfg.acl)
-		switch {
-		case err == nil:
-			return path, nil
-		case errors.Is(err, zk.ErrNoNode): // no directory yet (or the container was just reaped)
-			if err = d.makeDir(dir); err != nil {
-				return "", err
-			}
-		case errors.Is(err, zk.ErrConnectionClosed): // did it go through? find it by its GUID
-			var found string
-			err = d.settle(func() error {
-				children, _, err := d.conn.Children(dir)
-				for _, c := range children {
-					if strings.HasPrefix(c, protectedPrefix+guid) {
-						found = dir + "/" + c
-					}
-				}
-				return err
-			})
-			if found != "" {
-				return found, nil
-			}
-			if err != nil && !errors.Is(err, zk.ErrNoNode) {
-				return "", err
-			}
-		case errors.Is(err, zk.ErrSessionExpired): // no node can have survived: try in the new session
-		default:
-			return "", err
-		}
-	}
-	return "", fmt.Errorf("create in %s: %w", dir, err)
+var _ driver.Sessioned = (*zkLock)(nil)
+
+func (l *zkLock) Token() uint64 { return l.token }
+
+// Refresh is not supported: the lock lasts as long as the session.
+func (l *zkLock) Refresh(context.Context, time.Duration) error {
+	return fmt.Errorf("zookeeper locks last as long as the session: %w", errors.ErrUnsupported)
 }
 
-// makeDir creates dir as a container node (ZooKeeper deletes it once its last child
-// is gone), its parents below the root as containers too, and the root if it is
-// missing.
-func (d *zkDriver) makeDir(dir string) error {
-	_, err := d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
-	if errors.Is(err, zk.ErrNoNode) {
-		if parent := dir[:strings.LastIndexByte(dir, '/')]; len(parent) > len(d.cfg.root) {
-			err = d.makeDir(parent)
-		} else {
-			err = makePath(d.conn, d.cfg.root, d.cfg.acl)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = d.conn.CreateContainer(dir, nil, zk.FlagContainer, d.cfg.acl)
-	}
-	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return fmt.Errorf("create lock directory %s: %w", dir, err)
-	}
-	return nil
-}
+// Lost is closed when the session ended, the node was deleted, the connection was
+// closed, or the client was disconnected for as long as its session may live.
+func (l *zkLock) Lost() <-chan struct{} { return l.lost }
 
-// makePath creates path and its missing parents as persistent nodes.
-func makePath(conn *zk.Conn, path string, acl []zk.ACL) error {
-	for i := 1; i <= len(path); i++ {
-		if i < len(path) && path[i] != '/' {
-			continue
-		}
-		_, err := conn.Create(path[:i], nil, zk.FlagPersistent, acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return fmt.Errorf("create %s: %w", path[:i], err)
-		}
-	}
-	return nil
-}
-
-// queue waits (or, without wait, only checks) until r says our node at path holds
-// the lock, and returns the held lock.
-func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rule, check func() error) (*zkLock, error) {
-	name := path[len(dir)+1:]
-	checked := make(chan error, 1)
-	if check != nil {
-		go func() { checked <- check() }()
-	} else {
-		checked <- nil
-	}
-	// Our own node: its stat (the token, the session) and a watch that reports its
-	// end, asked for while the directory is listed.
-	type own struct {
-		st *zk.Stat
-		ev <-chan zk.Event
-	}
-	ownCh := make(chan own, 1)
-	ownErr := make(chan error, 1)
-	go func() {
-		_, st, ev, err := d.conn.GetW(path)
-		if err != nil {
-			ownErr <- fmt.Errorf("watch own node %s: %w", path, err)
-			return
-		}
-		ownCh <- own{st, ev}
-	}()
-	var me own
-	haveOwn := false
-	// Children that are named like lock nodes but are not ephemeral: planted (a
-	// persistent node does not end with a session), never a holder.
-	planted := map[string]bool{}
-	for {
-		children, err := call(ctx, func() ([]string, error) {
-			c, _, err := d.conn.Children(dir)
-			return c, err
-		}, nil)
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", dir, err)
-		}
-		if !haveOwn {
-			select {
-			case me = <-ownCh:
-				haveOwn = true
-			case err := <-ownErr:
-				return nil, err
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			select {
-			case err := <-checked:
-				if err != nil {
-					return nil, err
-				}
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		children = slices.DeleteFunc(children, func(c string) bool { return planted[c] })
-		pred, mine, err := r(children, name)
-		if err != nil {
-			return nil, err
-		}
-		if !mine {
-			return nil, fmt.Errorf("our lock node %s is gone (session expired?)", path)
-		}
-		if pred == "" {
-			return d.hold(path, me.st, me.ev), nil
-		}
-		// Watch the predecessor (or, for a TryLock, only look at it): its stat says
-		// whether a session owns it. One round trip either way, and a waiter needs it
-		// anyway; a TryLock pays it only when it finds the key held.
-		type watch struct {
-			ok        bool
-			ephemeral bool
-			ev        <-chan zk.Event
-		}
-		w, err := call(ctx, func() (watch, error) {
-			if pred == watchDir { // any change of the directory's children
-				children, _, ev, err := d.conn.ChildrenW(dir)
-				if err != nil {
-					return watch{}, err
-				}
-				children = slices.DeleteFunc(children, func(c string) bool { return planted[c] })
-				if p, _, err := r(children, name); err != nil || p != watchDir {
-					return watch{}, err // changed already: look again
-				}
-				return watch{ok: true, ephemeral: true, ev: ev}, nil
-			}
-			var st *zk.Stat
-			var ev <-chan zk.Event
-			var err error
-			if wait {
-				_, st, ev, err = d.conn.GetW(dir + "/" + pred)
-			} else {
-				var ok bool
-				ok, st, err = d.conn.Exists(dir + "/" + pred)
-				if err == nil && !ok {
-					err = zk.ErrNoNode
-				}
-			}
-			if errors.Is(err, zk.ErrNoNode) {
-				return watch{}, nil
-			}
-			return watch{ok: err == nil, ephemeral: st != nil && st.EphemeralOwner != 0, ev: ev}, err
-		}, nil)
-		if err != nil {
-			return nil, fmt.Errorf("watch %s: %w", pred, err)
-		}
-		if !w.ok {
-			continue // gone already: look again
-		}
-		if !w.ephemeral {
-			// Not a lock of anyone's: ignore it and look again. (Its watch, if set,
-			// stays registered until the node changes: one buffered event, dropped.)
-			planted[pred] = true
-			continue
-		}
-		if !wait {
-			return nil, driver.Busy(0)
-		}
-		select {
-		case e := <-w.ev:
-			if e.Type == zk.EventNotWatching {
-				return nil, fmt.Errorf("waiting for %s: %w", pred, e.Err)
-			}
-		case e := <-me.ev:
-			if gone, err := ownNodeEnded(e); gone {
-				return nil, fmt.Errorf("our lock node %s ended while waiting: %w", path, err)
-			}
-			// Someone wrote data to our node: watch it again.
-			_, st, ev, err := d.conn.GetW(path)
-			if err != nil {
-				return nil, fmt.Errorf("watch own node %s: %w", path, err)
-			}
-			me = own{st, ev}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// Cause says why Lost closed.
+func (l *zkLock) Cause() error {
+	select {
+	case <-l.lost:
+		return l.cause
+	default:
+		return nil
 	}
 }
 
-// parseSeq returns the sequence number of a lock node of this protocol (see
-// parseSeqOf).
-func parseSeq(name string) (seq int64, ok bool) { return parseSeqOf(name, lockInfix) }
-
-// parseSeqOf returns the sequence number of a node named with infix ("lock-",
-// "latch-"): infix followed by the 10 digits ZooKeeper appends to a sequential
-// node, with or without the protection prefix "_c_<id>-" that dlock, go-zookeeper's
-// zk.Lock (a 32-digit hex id) and Curator (a UUID) put before it. Any other child of
-// the directory is not a node of this protocol: ok is false.
-func parseSeqOf(name, infix string) (seq int64, ok bool) {
-	if len(name) < len(infix)+seqDigits {
-		return 0, false
+// Unlock deletes our node. A delete that fails because the connection dropped is
+// sent again once the client is connected (within the session), until it gets an
+// answer or the Locker closes; one whose answer was lost is not taken for someone
+// else's: if the node is then found gone while the session lives, ours did it.
+// When ctx ends first, Unlock returns ctx's error and the delete goes on: if it
+// succeeds with no Unlock waiting, the lease ends (Lost) then, so a caller that gave
+// up on Release does not keep the lock for the rest of the session.
+func (l *zkLock) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	if l.deleting == nil {
+		l.unlocking = true
+		l.deleting = make(chan struct{})
+		go l.delete(l.deleting)
 	}
-	digits := name[len(name)-seqDigits:]
-	head, ok := strings.CutSuffix(name[:len(name)-seqDigits], infix)
-	if !ok || head != "" && !protected(head) || strings.Trim(digits, "0123456789") != "" {
-		return 0, false
+	deleting := l.deleting
+	l.waiting++
+	l.mu.Unlock()
+	select {
+	case <-deleting:
+	case <-ctx.Done():
 	}
-	n, err := strconv.ParseInt(digits, 10, 64)
-	return n, err == nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waiting--
+	select {
+	case <-deleting:
+		return l.outcome()
+	default:
+		return ctx.Err()
+	}
 }
 
-// protected reports whether head is a protection prefix: "_c_", an id of hex digits
-// and dashes, "-".
-func protected(head string) bool {
-	id, ok := strings.CutPrefix(head, protectedPrefix)
-	id, dash := strings.CutSuffix(id, "-")
-	return ok && dash && id != "" && strings.Trim(id, "0123456789abcdefABCDEF-") == ""
-}
-
-// seqDigits is the width of the sequence number ZooKeeper appends to a sequential
-// node's name.
-const seqDigits = 10
-
-// predecessor returns the child just before ours ("" if ours is the lowest), and
-// whether ours is among children at all. Children that are not nodes of this
-// protocol (named with infix), and those found planted, are ignored.
-func predecessor(children []string, name string, seq int64, infix string) (pred string, mine bool) {
-	best := int64(-1 << 63)
-	for _, c := range children {
-		if c == name {
-			mine = true
-			continue
+// delete deletes our node, retrying while the ensemble is out of reach, records the
+// result and closes done. If no Unlock waits for it any longer, it ends the lease.
+func (l *zkLock) delete(done chan struct{}) {
+	err := l.d.settle(func() error {
+		err := l.d.conn.Delete(l.path, -1)
+		if transient(err) {
+			l.mu.Lock()
+			l.ambiguous = true
+			l.mu.Unlock()
 		}
-		s, ok := parseSeqOf(c, infix)
-		if ok && s < seq && s > best {
-			best, pred = s, c
+		return err
+	})
+	l.mu.Lock()
+	if errors.Is(err, zk.ErrNoNode) && l.ambiguous && l.d.conn.SessionID() == l.owner {
+		err = nil // an earlier try went through; its answer was lost
+	}
+	l.delErr = err
+	close(done)
+	// Nobody waits for the answer: a node that is gone ends the lease now (other
+	// errors leave it held, for a later Release to try again).
+	gone := l.waiting == 0 && (err == nil || errors.Is(err, zk.ErrNoNode))
+	var cause error
+	if gone {
+		cause = l.outcome()
+	}
+	l.mu.Unlock()
+	if gone {
+		if cause == nil {
+			cause = errors.New("deleted after Release had stopped waiting")
 		}
+		l.lose(driver.LossDeleted, fmt.Errorf("lock node %s: %w", l.path, cause), false)
 	}
-	return pred, mine
 }
 
-// ownNodeEnded interprets an event on our own node: gone is true when the node
-// (or the session that owns it, or the connection) has ended.
-func ownNodeEnded(e zk.Event) (gone bool, err error) {
-	switch e.Type {
-	case zk.EventNodeDeleted:
-		return true, errNodeDeleted
-	case zk.EventNotWatching:
-		return true, e.Err
+// outcome turns the finished delete's result into Unlock's; the caller holds l.mu.
+func (l *zkLock) outcome() error {
+	err := l.delErr
+	switch {
+	case err == nil:
+		l.released()
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		l.released()
+		return fmt.Errorf("%w: lock node %s is gone", dlock.ErrNotHeld, l.path)
 	}
-	return false, nil
+	l.deleting = nil // the Locker is closing (or the error is lasting): a later Unlock tries again
+	return fmt.Errorf("delete %s: %w", l.path, err)
 }
 
-var errNodeDeleted = errors.New("zklock: lock node deleted")
+// released ends the lock's bookkeeping after its node is gone; the caller holds l.mu.
+func (l *zkLock) released() {
+	select {
+	case <-l.unlocked:
+	default:
+		close(l.unlocked)
+	}
+	l.d.forget(l)
+}
+
+// lose reports the lock lost (kind: how it was learnt, see driver.LossError). When
+// the session may live on (the client was only disconnected), its node is deleted
+// once the ensemble answers again, so that a lease that ended does not keep the lock.
+func (l *zkLock) lose(kind driver.LossKind, cause error, deleteNode bool) {
+	l.lostOnce.Do(func() {
+		l.cause = &driver.LossError{Kind: kind, Err: cause}
+		close(l.lost)
+		l.d.forget(l)
+		if deleteNode {
+			go l.d.discard(l.path)
+		}
+	})
+}

@@ -39,7 +39,10 @@ import (
 // dlock (TestCuratorInterop). A key's mutex nodes ("…-lock-<seq>" in D) are
 // ignored by both recipes: the mutex is another lock. A read-write lock that finds
 // lease nodes in D/leases, or a semaphore that finds read or write nodes in D,
-// takes its node out again and fails with dlock.ErrConflict.
+// takes its node out again and fails with dlock.ErrConflict. Only nodes that a
+// session owns (ephemeral) and that are named as the recipe names them count, as
+// for the mutex: a node planted with the world ACL (in D/leases, D/locks or D)
+// holds no permit, queues nobody and is no conflict.
 
 const (
 	readInfix  = "__READ__" // Curator's names: same length, so that the sequence is found alike
@@ -65,12 +68,18 @@ func (d *zkDriver) lockRW(ctx context.Context, key string, shared, wait bool) (d
 	}
 	check := func() error { // a semaphore's lease nodes: a conflict
 		n, err := d.children(dir + "/" + leasesDir)
+		if err == nil {
+			n, err = d.sessionNodes(context.Background(), dir+"/"+leasesDir, slices.DeleteFunc(n, func(c string) bool {
+				_, ok := leaseNode(c)
+				return !ok
+			}))
+		}
 		if err == nil && len(n) > 0 {
 			return fmt.Errorf("%w: %q is in use as a semaphore (%d lease nodes)", dlock.ErrConflict, key, len(n))
 		}
 		return err
 	}
-	return asLock(d.acquire(ctx, dir, infix, nil, wait, rwRule(shared), check))
+	return asLock(d.acquire(ctx, dir, infix, holderData(ctx), wait, rwRule(shared), check))
 }
 
 // children lists dir; a missing dir has none.
@@ -96,7 +105,7 @@ func rwSeq(name string) (seq int64, writer, ok bool) {
 // rwRule: a writer waits for every read or write node before its own (it watches
 // the last of them), a reader for every write node before its own (the last).
 func rwRule(shared bool) rule {
-	return func(children []string, name string) (string, bool, error) {
+	return func(children []string, name string, _ map[string]bool) (string, bool, error) {
 		seq, _, ok := rwSeq(name)
 		if !ok {
 			return "", false, fmt.Errorf("unexpected read-write node name %q", name)
@@ -130,7 +139,7 @@ func (d *zkDriver) LockSemaphore(ctx context.Context, key string, limit int, _ t
 		return asLock(lk, err)
 	}
 	dir := LockDir(d.cfg.root, key)
-	line, err := d.acquire(ctx, dir+"/"+locksDir, lockInfix, nil, true, mutexRule, nil)
+	line, err := d.acquire(ctx, dir+"/"+locksDir, lockInfix, holderData(ctx), true, mutexRule, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -145,11 +154,19 @@ func (d *zkDriver) LockSemaphore(ctx context.Context, key string, limit int, _ t
 }
 
 // trySemaphore takes a permit without queueing: Busy when somebody queues on
-// D/locks or the count of lease nodes (ours included) goes over limit.
+// D/locks (a session's lock node: a planted one queues nobody) or the count of
+// lease nodes (ours included) goes over limit.
 func (d *zkDriver) trySemaphore(ctx context.Context, key string, limit int) (*zkLock, error) {
 	dir := LockDir(d.cfg.root, key)
 	line, err := call(ctx, func() ([]string, error) { return d.children(dir + "/" + locksDir) }, nil)
 	if err != nil {
+		return nil, err
+	}
+	line = slices.DeleteFunc(line, func(c string) bool {
+		_, ok := parseSeq(c)
+		return !ok
+	})
+	if line, err = d.sessionNodes(ctx, dir+"/"+locksDir, line); err != nil {
 		return nil, err
 	}
 	if len(line) > 0 {
@@ -163,17 +180,21 @@ func (d *zkDriver) trySemaphore(ctx context.Context, key string, limit int) (*zk
 // no read-write lock holds the key.
 func (d *zkDriver) lease(ctx context.Context, key string, limit int, wait bool) (*zkLock, error) {
 	dir := LockDir(d.cfg.root, key)
-	check := func() error {
+	check := func() error { // a read-write lock's nodes: a conflict
 		c, err := d.children(dir)
-		for _, n := range c {
-			if _, _, ok := rwSeq(n); ok {
-				return fmt.Errorf("%w: %q is in use as a read-write lock (node %s)", dlock.ErrConflict, key, n)
-			}
+		if err == nil {
+			c, err = d.sessionNodes(context.Background(), dir, slices.DeleteFunc(c, func(n string) bool {
+				_, _, ok := rwSeq(n)
+				return !ok
+			}))
+		}
+		if err == nil && len(c) > 0 {
+			return fmt.Errorf("%w: %q is in use as a read-write lock (node %s)", dlock.ErrConflict, key, c[0])
 		}
 		return err
 	}
 	infix := "limit" + strconv.Itoa(limit) + "-" + leaseInfix
-	return d.acquire(ctx, dir+"/"+leasesDir, infix, nil, wait, semaphoreRule(key, limit), check)
+	return d.acquire(ctx, dir+"/"+leasesDir, infix, holderData(ctx), wait, semaphoreRule(key, limit), check)
 }
 
 // watchDir is the node semaphoreRule asks to watch while the lease nodes are over
@@ -181,34 +202,64 @@ func (d *zkDriver) lease(ctx context.Context, key string, limit int, wait bool) 
 const watchDir = "."
 
 // semaphoreRule: our lease node holds a permit while the lease nodes number at
-// most limit; a dlock node of another limit is a conflict.
+// most limit; a dlock node of another limit is a conflict. Only lease nodes that a
+// session owns count: a rule over the limit, or facing a conflict, first has the
+// nodes it would count verified (verifyError), so that a node planted in D/leases
+// (the default ACL lets any client create one) holds no permit for ever.
 func semaphoreRule(key string, limit int) rule {
-	return func(children []string, name string) (string, bool, error) {
+	return func(children []string, name string, owned map[string]bool) (string, bool, error) {
+		var leases, unknown []string
+		mine := false
 		for _, c := range children {
-			if n, ok := leaseLimit(c); ok && n != limit {
+			if c == name {
+				mine = true
+				continue
+			}
+			n, ok := leaseNode(c)
+			switch {
+			case !ok: // not a lease node of either layout
+				continue
+			case n != 0 && n != limit && !owned[c]:
+				return "", false, &verifyError{[]string{c}}
+			case n != 0 && n != limit:
 				return "", false, fmt.Errorf("%w: %q is in use as a semaphore with limit %d, not %d", dlock.ErrConflict, key, n, limit)
 			}
+			leases = append(leases, c)
+			if !owned[c] {
+				unknown = append(unknown, c)
+			}
 		}
-		if !slices.Contains(children, name) {
+		switch {
+		case !mine:
 			return "", false, nil
-		}
-		if len(children) <= limit {
+		case len(leases) < limit: // with ours, at most limit
 			return "", true, nil
+		case len(unknown) > 0:
+			return "", true, &verifyError{unknown}
 		}
 		return watchDir, true, nil
 	}
 }
 
-// leaseLimit reads the limit from the name of a dlock lease node.
-func leaseLimit(name string) (int, bool) {
-	_, rest, ok := strings.Cut(name, "-limit")
-	if !ok {
+// leaseNode reads a lease node's name: dlock's "_c_<id>-limit<N>-lease-<seq>"
+// (limit N) or Curator's "[_c_<id>-]lease-<seq>" (limit 0: Curator's nodes carry
+// none). ok is false for any other name.
+func leaseNode(name string) (limit int, ok bool) {
+	if len(name) < len(leaseInfix)+seqDigits || strings.Trim(name[len(name)-seqDigits:], "0123456789") != "" {
 		return 0, false
 	}
-	digits, _, ok := strings.Cut(rest, "-"+leaseInfix)
-	if !ok {
+	head, ok := strings.CutSuffix(name[:len(name)-seqDigits], leaseInfix)
+	if !ok || head == "" {
+		return 0, ok
+	}
+	if protected(head) {
+		return 0, true
+	}
+	head, digits, ok := strings.Cut(head, "-limit")
+	digits, dash := strings.CutSuffix(digits, "-")
+	if !ok || !dash || !protected(head+"-") || digits == "" || strings.Trim(digits, "0123456789") != "" {
 		return 0, false
 	}
 	n, err := strconv.Atoi(digits)
-	return n, err == nil
+	return n, err == nil && n > 0
 }

@@ -1,165 +1,17 @@
 package zklock
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
-// zkLock is one held lock: our node, lowest in its directory.
-type zkLock struct {
-	d     *zkDriver
-	path  string
-	token uint64 // the node's creation zxid
-	owner int64  // the session that owns the node
-
-	lost     chan struct{}
-	lostOnce sync.Once
-	cause    error // set before lost is closed
-
-	mu        sync.Mutex
-	unlocking bool          // a delete of ours was sent: its NodeDeleted event is no loss
-	unlocked  chan struct{} // closed when a delete of ours succeeded
-	deleting  chan struct{} // the delete in flight (retried while disconnected), closed when it ended
-	delErr    error         // its result
-	waiting   int           // Unlock calls waiting for it
-	ambiguous bool          // an earlier delete's fate is unknown (connection lost)
-}
-
-var _ driver.Sessioned = (*zkLock)(nil)
-
-func (l *zkLock) Token() uint64 { return l.token }
-
-// Refresh is not supported: the lock lasts as long as the session.
-func (l *zkLock) Refresh(context.Context, time.Duration) error {
-	return fmt.Errorf("zookeeper locks last as long as the session: %w", errors.ErrUnsupported)
-}
-
-// Lost is closed when the session ended, the node was deleted, the connection was
-// closed, or the client was disconnected for as long as its session may live.
-func (l *zkLock) Lost() <-chan struct{} { return l.lost }
-
-// Cause says why Lost closed.
-func (l *zkLock) Cause() error {
-	select {
-	case <-l.lost:
-		return l.cause
-	default:
-		return nil
-	}
-}
-
-// Unlock deletes our node. A delete that fails because the connection dropped is
-// sent again once the client is connected (within the session), until it gets an
-// answer or the Locker closes; one whose answer was lost is not taken for someone
-// else's: if the node is then found gone while the session lives, ours did it.
-// When ctx ends first, Unlock returns ctx's error and the delete goes on: if it
-// succeeds with no Unlock waiting, the lease ends (Lost) then, so a caller that gave
-// up on Release does not keep the lock for the rest of the session.
-func (l *zkLock) Unlock(ctx context.Context) error {
-	l.mu.Lock()
-	if l.deleting == nil {
-		l.unlocking = true
-		l.deleting = make(chan struct{})
-		go l.delete(l.deleting)
-	}
-	deleting := l.deleting
-	l.waiting++
-	l.mu.Unlock()
-	select {
-	case <-deleting:
-	case <-ctx.Done():
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.waiting--
-	select {
-	case <-deleting:
-		return l.outcome()
-	default:
-		return ctx.Err()
-	}
-}
-
-// delete deletes our node, retrying while the ensemble is out of reach, records the
-// result and closes done. If no Unlock waits for it any longer, it ends the lease.
-func (l *zkLock) delete(done chan struct{}) {
-	err := l.d.settle(func() error {
-		err := l.d.conn.Delete(l.path, -1)
-		if transient(err) {
-			l.mu.Lock()
-			l.ambiguous = true
-			l.mu.Unlock()
-		}
-		return err
-	})
-	l.mu.Lock()
-	if errors.Is(err, zk.ErrNoNode) && l.ambiguous && l.d.conn.SessionID() == l.owner {
-		err = nil // an earlier try went through; its answer was lost
-	}
-	l.delErr = err
-	close(done)
-	// Nobody waits for the answer: a node that is gone ends the lease now (other
-	// errors leave it held, for a later Release to try again).
-	gone := l.waiting == 0 && (err == nil || errors.Is(err, zk.ErrNoNode))
-	var cause error
-	if gone {
-		cause = l.outcome()
-	}
-	l.mu.Unlock()
-	if gone {
-		if cause == nil {
-			cause = errors.New("deleted after Release had stopped waiting")
-		}
-		l.lose(fmt.Errorf("zklock: lock node %s: %w", l.path, cause), false)
-	}
-}
-
-// outcome turns the finished delete's result into Unlock's; the caller holds l.mu.
-func (l *zkLock) outcome() error {
-	err := l.delErr
-	switch {
-	case err == nil:
-		l.released()
-		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		l.released()
-		return fmt.Errorf("%w: lock node %s is gone", dlock.ErrNotHeld, l.path)
-	}
-	l.deleting = nil // the Locker is closing (or the error is lasting): a later Unlock tries again
-	return fmt.Errorf("delete %s: %w", l.path, err)
-}
-
-// released ends the lock's bookkeeping after its node is gone; the caller holds l.mu.
-func (l *zkLock) released() {
-	select {
-	case <-l.unlocked:
-	default:
-		close(l.unlocked)
-	}
-	l.d.forget(l)
-}
-
-// lose reports the lock lost. When the session may live on (the client was only
-// disconnected), its node is deleted once the ensemble answers again, so that a
-// lease that ended does not keep the lock.
-func (l *zkLock) lose(cause error, deleteNode bool) {
-	l.lostOnce.Do(func() {
-		l.cause = cause
-		close(l.lost)
-		l.d.forget(l)
-		if deleteNode {
-			go l.d.discard(l.path)
-		}
-	})
-}
+// The session watch: a held lock ends when its node is deleted, when its session
+// expires, or when the client stays disconnected past lostAfter (monitor).
 
 // hold turns our lowest node into a held lock and starts watching it.
 func (d *zkDriver) hold(path string, st *zk.Stat, ev <-chan zk.Event) *zkLock {
@@ -196,7 +48,7 @@ func (l *zkLock) watch(ev <-chan zk.Event) {
 				}
 				gone, err = errors.Is(gerr, zk.ErrNoNode), gerr
 				if !gone {
-					l.lose(fmt.Errorf("cannot watch lock node %s: %w", l.path, gerr), true)
+					l.lose(driver.LossSession, fmt.Errorf("cannot watch lock node %s: %w", l.path, gerr), true)
 					return
 				}
 			}
@@ -204,7 +56,11 @@ func (l *zkLock) watch(ev <-chan zk.Event) {
 			ours := l.unlocking && errors.Is(err, errNodeDeleted)
 			l.mu.Unlock()
 			if !ours {
-				l.lose(err, false)
+				kind := driver.LossSession // the session expired, or the connection closed
+				if errors.Is(err, errNodeDeleted) {
+					kind = driver.LossDeleted
+				}
+				l.lose(kind, err, false)
 			}
 			return
 		case <-l.unlocked:
@@ -227,6 +83,7 @@ func (d *zkDriver) monitor() {
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	lastUp := time.Now()
+	d.setLastUp(lastUp)
 	for {
 		select {
 		case <-d.done:
@@ -251,21 +108,48 @@ func (d *zkDriver) monitor() {
 		now := time.Now()
 		if d.conn.State() == zk.StateHasSession {
 			lastUp = now
+			d.setLastUp(now)
 			sid := d.conn.SessionID()
 			for _, l := range locks {
 				if l.owner != sid {
-					l.lose(fmt.Errorf("%w (session %#x replaced by %#x)", zk.ErrSessionExpired, l.owner, sid), false)
+					l.lose(driver.LossSession, fmt.Errorf("%w (session %#x replaced by %#x)", zk.ErrSessionExpired, l.owner, sid), false)
 				}
 			}
 			continue
 		}
 		if down := now.Sub(lastUp); down >= d.lostAfter() {
 			for _, l := range locks {
-				l.lose(fmt.Errorf("disconnected from ZooKeeper for %v (session timeout %v): the session may have expired",
+				// Nothing was reported: the ensemble may expire the session from now on.
+				l.lose(driver.LossSilent, fmt.Errorf("disconnected from ZooKeeper for %v (session timeout %v): the session may have expired",
 					down.Round(time.Millisecond), d.sessionTimeout()), true)
 			}
 		}
 	}
+}
+
+// setLastUp records when the monitor last saw the client with its session.
+func (d *zkDriver) setLastUp(t time.Time) {
+	d.mu.Lock()
+	d.lastUp = t
+	d.mu.Unlock()
+}
+
+// SessionDeadline is, while the client has no session, the moment at which the
+// ensemble may expire it and this lock's lease ends: lostAfter after the monitor
+// last saw the session (driver.SessionDeadline). Lost closes then at the latest
+// (within one poll of the monitor).
+func (l *zkLock) SessionDeadline() (time.Time, bool) {
+	d := l.d
+	if d.conn.State() == zk.StateHasSession {
+		return time.Time{}, false
+	}
+	d.mu.Lock()
+	up := d.lastUp
+	d.mu.Unlock()
+	if up.IsZero() {
+		return time.Time{}, false
+	}
+	return up.Add(d.lostAfter()), true
 }
 
 // lostAfter is how long a disconnected holder keeps its leases: the ensemble
@@ -278,5 +162,5 @@ func (d *zkDriver) lostAfter() time.Duration {
 	if t == 0 {
 		return 0
 	}
-	return max(t/3-driver.DefaultDrift(t), 0)
+	return max(t/3-driver.StandardDrift(t), 0)
 }

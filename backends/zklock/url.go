@@ -13,14 +13,14 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/tlsurl"
+	"github.com/dlock-go/dlock/backends/internal/tlsurl"
 	"github.com/dlock-go/dlock/spec"
 )
 
 // Scheme is the URL scheme this package registers with dlock.Open:
 // zk://[user:password@]host1:2181,host2:2181/root?session_timeout=10s. The path is
-// the root (default DefaultRoot); session_timeout (a Go duration, default
-// DefaultSessionTimeout) is the timeout requested from the ensemble. A user and
+// the root (default DefaultRoot); session_timeout (a Go duration from 100ms to 24h,
+// default DefaultSessionTimeout) is the timeout requested from the ensemble. A user and
 // password authenticate the session (ZooKeeper's digest scheme), and the nodes the
 // Locker creates then carry a creator-only ACL (zk.AuthACL(zk.PermAll)): other
 // clients can neither delete nor alter them, nor add children to the lock
@@ -30,6 +30,17 @@ const Scheme = "zk"
 
 // DefaultSessionTimeout is the session timeout a zk:// URL requests by default.
 const DefaultSessionTimeout = 10 * time.Second
+
+// The bounds of session_timeout. Below 100ms the request only shortens
+// go-zookeeper's wait for the server's answer to a connect (6.7 times the request;
+// below 1ms it is 0 and no session is ever made), while the ensemble grants at
+// least 2 ticks anyway. The protocol carries milliseconds in an int32, which wraps
+// at 596h; a day is far above what an ensemble grants (20 ticks by default) and as
+// long as a crashed holder's locks should outlive it.
+const (
+	minSessionTimeout = 100 * time.Millisecond
+	maxSessionTimeout = 24 * time.Hour
+)
 
 func init() {
 	dlock.Register(dlock.Scheme{Name: Scheme, Open: open, Declare: declare, Inspect: inspect})
@@ -59,6 +70,9 @@ func parseURL(u *url.URL) (zkURL, error) {
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if h = strings.TrimSpace(h); h != "" {
+			if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+				return z, fmt.Errorf("%w: zk:// host %q: want host:port", dlock.ErrInvalidURL, h)
+			}
 			z.hosts = append(z.hosts, h)
 		}
 	}
@@ -72,13 +86,8 @@ func parseURL(u *url.URL) (zkURL, error) {
 	if err := validateRoot(z.root); err != nil {
 		return z, fmt.Errorf("%w: %w", dlock.ErrInvalidURL, err)
 	}
-	z.timeout = DefaultSessionTimeout
-	if v, ok := q["session_timeout"]; ok {
-		t, err := time.ParseDuration(v)
-		if err != nil || t <= 0 {
-			return z, fmt.Errorf("%w: session_timeout=%q is not a positive duration", dlock.ErrInvalidURL, v)
-		}
-		z.timeout = t
+	if z.timeout, err = q.Duration("session_timeout", DefaultSessionTimeout, minSessionTimeout, maxSessionTimeout); err != nil {
+		return z, err
 	}
 	if z.tls, err = tlsurl.Config(q, false); err != nil {
 		return z, err
@@ -98,6 +107,7 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 		return spec.Capabilities{}, err
 	}
 	return spec.Capabilities{Fencing: true, SessionTimeout: z.timeout, FIFO: true,
+		DeletionSeen: spec.SeenByWatch, // a watch on the lock's node (session.go)
 		// Curator's layouts: the semaphore's queue is D/locks (a waiter that finds it
 		// empty may take a permit freed for an earlier one: no order promised); the
 		// read-write lock's nodes are served by sequence, writers first; the
@@ -140,9 +150,12 @@ func connect(ctx context.Context, u *url.URL) (*session, error) {
 		}
 		return &sniffConn{Conn: c, onTimeout: func(ms int32) { negotiated.Store(int64(ms) * int64(time.Millisecond)) }}, nil
 	}
-	conn, events, err := zk.Connect(z.hosts, z.timeout, zk.WithDialer(dial), zk.WithLogger(quiet{}))
+	// The hosts reach the dialer as the URL names them (namedHosts), so that TLS
+	// verifies each server's certificate under its own host name: go-zookeeper's
+	// default provider would resolve them first and hand over IP addresses.
+	conn, events, err := zk.Connect(z.hosts, z.timeout, zk.WithDialer(dial), zk.WithHostProvider(&namedHosts{}), zk.WithLogger(quiet{}))
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper: connect %v: %w", z.hosts, err)
+		return nil, fmt.Errorf("zklock: connect %v: %w", z.hosts, err)
 	}
 	s := &session{z: z, conn: conn, acl: zk.WorldACL(zk.PermAll),
 		negotiated: func() time.Duration { return time.Duration(negotiated.Load()) }}
@@ -155,18 +168,18 @@ func connect(ctx context.Context, u *url.URL) (*session, error) {
 
 func (s *session) setUp(ctx context.Context, events <-chan zk.Event) error {
 	if err := waitSession(ctx, events); err != nil {
-		return fmt.Errorf("zookeeper: connect %v: %w", s.z.hosts, err)
+		return fmt.Errorf("zklock: connect %v: %w", s.z.hosts, err)
 	}
 	if s.z.user != "" {
 		// go-zookeeper sends the credentials again on every reconnection.
 		auth := []byte(s.z.user + ":" + s.z.pass)
 		if _, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.AddAuth("digest", auth) }, nil); err != nil {
-			return fmt.Errorf("zookeeper: authenticate as %q: %w", s.z.user, err)
+			return fmt.Errorf("zklock: authenticate as %q: %w", s.z.user, err)
 		}
 		s.acl = zk.AuthACL(zk.PermAll)
 	}
 	if _, err := call(ctx, func() (struct{}, error) { return struct{}{}, makePath(s.conn, s.z.root, s.acl) }, nil); err != nil {
-		return fmt.Errorf("zookeeper: %w", err)
+		return fmt.Errorf("zklock: %w", err)
 	}
 	return nil
 }

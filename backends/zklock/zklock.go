@@ -9,7 +9,9 @@
 // wakes one waiter). The node belongs to the client's session, so a client that
 // crashes loses its locks when the ensemble expires its session. These are the
 // names and the rule of go-zookeeper's zk.Lock and Apache Curator's
-// InterProcessMutex, so all three exclude each other on the same directory.
+// InterProcessMutex, so all three exclude each other on the same directory. A
+// lock node's data is empty, or the record of a lock taken with dlock.WithHolder
+// (which dlock.Describe shows; describe.go).
 // Children that are not lock nodes of this protocol are ignored: other names, and
 // nodes named like one that no session owns (a persistent node planted there would
 // otherwise block the key for ever). Telling the latter apart costs nothing on the
@@ -22,7 +24,9 @@
 // when the connection is closed, and — because a client cut off from the ensemble
 // cannot learn that its session expired — when the client has been disconnected for
 // as long as the ensemble could have taken to expire the session (see Locker docs in
-// docs/backends/zookeeper.md). The fencing token is the lock node's creation zxid,
+// docs/backends/zookeeper.md). Its Err says which (dlock.LossError: CauseSession,
+// CauseDeleted, or CauseUnreachable for the disconnection), and while the client is
+// disconnected dlock.Deadline reports when the lease will end. The fencing token is the lock node's creation zxid,
 // which grows with every grant on a key, also when its directory is recreated.
 package zklock
 
@@ -58,8 +62,11 @@ type config struct {
 }
 
 // WithRoot puts lock directories under root instead of DefaultRoot. root must be
-// an absolute ZooKeeper path other than "/" and outside /zookeeper; New panics
-// otherwise (a programming error). The root is created when missing.
+// an absolute ZooKeeper path other than "/", outside /zookeeper and without a
+// ".elections" segment (where a Locker on a shorter root keeps its elections: a
+// Locker there would put its lock directories among another's election
+// directories); New panics otherwise (a programming error). The root is created
+// when missing.
 func WithRoot(root string) Option { return func(c *config) { c.root = root } }
 
 // WithACL sets the ACL of the nodes the Locker creates: its lock nodes, the lock
@@ -112,6 +119,8 @@ func validateRoot(root string) error {
 			return fmt.Errorf("root %q has an empty, \".\" or \"..\" segment", root)
 		case i == 0 && seg == "zookeeper":
 			return fmt.Errorf("root %q is inside ZooKeeper's own /zookeeper", root)
+		case seg == electionsDir:
+			return fmt.Errorf("root %q has the segment %q, where a Locker on a shorter root keeps its elections", root, seg)
 		}
 		for _, r := range seg {
 			if r < 0x20 || 0x7f <= r && r <= 0x9f || 0xd800 <= r && r <= 0xf8ff || r >= 0xfff0 {

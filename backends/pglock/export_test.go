@@ -1,0 +1,10 @@
+package pglock
+
+// SetCandidate replaces the candidate ids of keys (for a test that makes keys
+// collide) and returns what puts the real ones back. The test's Lockers must be
+// new: a Locker remembers the ids it has seen.
+func SetCandidate(f func(key string, i int) int64) (restore func()) {
+	old := candidate
+	candidate = f
+	return func() { candidate = old }
+}

@@ -1,0 +1,201 @@
+package pglock
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// The fair mode (WithFIFO): the table's lock, granted in arrival order from a queue
+// of waiters kept in a second table. A waiter's row has a deadline it renews every
+// third of its TTL, so a waiter that crashed stops counting at its deadline. A
+// release notifies the first live waiter alone (its own payload), so a hand-off
+// costs the same few statements however long the queue.
+
+// QueueSuffix is appended to the lock table's name to name its queue table.
+const QueueSuffix = "_queue"
+
+// QueueTable is the name of the fair mode's queue table that goes with the lock
+// table named table.
+func QueueTable(table string) string { return table + QueueSuffix }
+
+// createQueue: seq orders the waiters (later rows get larger numbers), waiter is
+// the owner value the waiter will lock with. %[2]s names the index.
+const createQueue = `CREATE TABLE IF NOT EXISTS %[1]s (
+  seq      bigserial PRIMARY KEY,
+  lock_key bytea NOT NULL,
+  waiter   uuid NOT NULL UNIQUE,
+  deadline timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (lock_key, seq)`
+
+// The conditions of a take-over in the fair mode (acquireSQL's extra condition),
+// and what a release notifies. %s is the queue table; a live waiter is one whose
+// deadline has not passed by the server's clock.
+const (
+	// fairFree: no one waits (TryAcquire).
+	fairFree = `
+    AND NOT EXISTS (SELECT 1 FROM %s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp())`
+	// fairMine: the caller ($4) is the first live waiter.
+	fairMine = `
+    AND (SELECT q.waiter FROM %s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() ORDER BY q.seq LIMIT 1) = $4`
+	// fairNext: the payload that wakes the first live waiter, or the key's waiters
+	// when none is queued ($4).
+	fairNext = `COALESCE((SELECT 'w' || q.waiter::text FROM %s q
+    WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() ORDER BY q.seq LIMIT 1), $4)`
+	// fairAhead: how many live waiters are ahead of the caller's seq ($5).
+	fairAhead = `(SELECT count(*) FROM %s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() AND q.seq < $5)`
+)
+
+// The queue's statements. %s is the queue table.
+const (
+	// enqueueSQL: arguments key, waiter, waiter TTL µs; returns the seq.
+	enqueueSQL = `INSERT INTO %s (lock_key, waiter, deadline) VALUES ($1, $2, ` + "statement_timestamp() + $3::bigint * interval '1 microsecond'" + `) RETURNING seq`
+	// renewSQL: arguments waiter, waiter TTL µs.
+	renewSQL = `UPDATE %s SET deadline = statement_timestamp() + $2::bigint * interval '1 microsecond' WHERE waiter = $1`
+	// dequeueSQL drops the waiter's row and the key's rows whose deadline passed,
+	// and, if $4, wakes the waiter that is now first (a waiter that leaves without
+	// the lock may have been woken in its place). Arguments: waiter, key, channel,
+	// wake.
+	dequeueSQL = `WITH gone AS (DELETE FROM %[1]s WHERE waiter = $1 OR (lock_key = $2 AND deadline <= statement_timestamp()))
+SELECT pg_notify($3, 'w' || q.waiter::text)::text FROM %[1]s q
+WHERE $4::boolean AND q.lock_key = $2 AND q.deadline > statement_timestamp() AND q.waiter <> $1 ORDER BY q.seq LIMIT 1`
+)
+
+// waiterPayload is the notification payload that tells the waiter owner its turn
+// came: "w" and the owner as PostgreSQL writes a uuid.
+func waiterPayload(owner pgtype.UUID) string {
+	h := hex.EncodeToString(owner.Bytes[:])
+	return "w" + h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// fairStatements are the fair mode's statements for one table.
+type fairStatements struct {
+	claim, enqueue, renew, dequeue string
+}
+
+func newFairStatements(table string) fairStatements {
+	t, q := quoteIdent(table), quoteIdent(QueueTable(table))
+	return fairStatements{
+		// claim: acquireSQL with fairMine, whose busy answer says how many wait ahead.
+		claim:   fmt.Sprintf(acquireSQL, t, fmt.Sprintf(fairMine, q), fmt.Sprintf(fairAhead, q)),
+		enqueue: fmt.Sprintf(enqueueSQL, q),
+		renew:   fmt.Sprintf(renewSQL, q),
+		dequeue: fmt.Sprintf(dequeueSQL, q),
+	}
+}
+
+// fairDriver is New with WithFIFO: TryLock (acquireSQL with fairFree) takes the
+// lock only when no one waits; Lock queues.
+type fairDriver struct{ *tableDriver }
+
+var _ driver.Waiter = fairDriver{}
+
+// Lock tries once; when the lock is held or others wait it joins the queue and
+// claims the lock whenever its turn may have come: woken by a release addressed to
+// it (or, mixing modes, to the key), by the holder's time running out when it is
+// first, and at least at every renewal of its place (every third of ttl), which
+// also catches a waiter ahead that died. When ctx ends it leaves the queue (and
+// gives back a lock granted to a request whose reply it did not wait for).
+func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	lk, err := d.TryLock(ctx, key, ttl)
+	if err == nil || !isBusy(err) {
+		return lk, waitErr(ctx, err)
+	}
+	me, err := d.newLock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	fs := d.fair
+	// Listen before queueing: a release after the enqueue is heard.
+	var wake, keyWake <-chan struct{}
+	if w, stop, err := d.hub.subscribe(ctx, waiterPayload(me.owner)); err == nil {
+		defer stop()
+		wake = w
+	}
+	if w, stop, err := d.hub.subscribe(ctx, keyPayload(key)); err == nil {
+		defer stop()
+		keyWake = w
+	}
+	us := micros(ttl)
+	var seq int64
+	if err := d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq); err != nil {
+		d.leave(me, fs, true)
+		return nil, waitErr(ctx, fmt.Errorf("join the queue: %w", err))
+	}
+	renewEvery := max(ttl/3, time.Millisecond)
+	renewAt := time.Now().Add(renewEvery)
+	for {
+		got, ahead, err := me.acquire(ctx, fs.claim, me.key, me.owner, us, me.owner, seq)
+		var busy *driver.BusyError
+		if !errors.As(err, &busy) {
+			// Leave the queue whatever the claim answered; a granted lock is ours.
+			d.leave(me, fs, err != nil)
+			if err != nil {
+				return nil, waitErr(ctx, err)
+			}
+			return got, nil
+		}
+		remaining := busy.Remaining
+		if time.Now().After(renewAt) {
+			renewAt = time.Now().Add(renewEvery)
+			tag, err := d.pool.Exec(ctx, fs.renew, me.owner, us)
+			if err == nil && tag.RowsAffected() == 0 { // dropped (it did not renew in time): queue again
+				err = d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq)
+			}
+			if err != nil {
+				d.leave(me, fs, true)
+				return nil, waitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
+			}
+		}
+		pause := time.Until(renewAt)
+		if ahead == 0 && remaining > 0 {
+			pause = min(pause, remaining+time.Millisecond) // expiry is not announced
+		}
+		if wake == nil { // no notifications: poll
+			pause = min(pause, pollPause(ahead))
+		}
+		t := time.NewTimer(max(pause, time.Millisecond))
+		select {
+		case <-t.C:
+		case <-wake:
+		case <-keyWake:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			d.leave(me, fs, true)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// pollPause is how long a queued waiter without notifications waits before it
+// looks again: often at the head, less often the further back it is.
+func pollPause(ahead int64) time.Duration {
+	return min(2*time.Millisecond<<min(ahead, 7), 256*time.Millisecond)
+}
+
+// leave takes the waiter out of the queue — waking the waiter now first unless
+// this one leaves with the lock (wake false) — and, leaving without it, frees the
+// lock if a request whose reply it did not wait for took it; best effort, with a
+// fresh bounded context.
+func (d fairDriver) leave(l *tableLock, fs fairStatements, wake bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
+	defer cancel()
+	_, _ = d.pool.Exec(ctx, fs.dequeue, l.owner, l.key, d.hub.channel, wake)
+	if wake {
+		_, _ = d.pool.Exec(ctx, d.s.tidy, l.key, l.owner)
+	}
+}
+
+func isBusy(err error) bool {
+	var b *driver.BusyError
+	return errors.As(err, &b)
+}

@@ -1,0 +1,108 @@
+-- fair.lua: the FIFO mode's lock, granted in arrival order. KEYS[1] is the lock,
+-- KEYS[2] its fencing counter, KEYS[3] the queue (a sorted set: waiter -> arrival
+-- in microseconds), KEYS[4] the waiters' deadlines (a sorted set: waiter -> the
+-- server time in ms after which it counts as gone); all in one hash slot. ARGV[1]
+-- is the operation, ARGV[2] the caller's owner value (also its name in the
+-- queue). Waiters whose deadline passed are dropped before anything else.
+--
+-- 'try' (ARGV[3] lease TTL ms) and 'wait' (also ARGV[4], the waiter's TTL ms): the
+-- lock is granted when it is free and either no one waits or the caller is the
+-- first waiter, so nobody overtakes the queue, neither a TryAcquire nor a holder
+-- that released and asks again. 'wait' puts a caller that is not granted in the
+-- queue, or renews its place there, until ARGV[4] ms from now. Returns {1, token}
+-- when granted (also when the caller already holds it: a retry after a lost
+-- reply), else {0, the holder's remaining ms (0 when free, -1 without expiry), the
+-- caller's place (0 first, -1 not queued), ms until the first waiter's deadline}.
+--
+-- 'release' and 'leave' (ARGV[3] the release channel): delete the lock if it holds
+-- the caller's value; 'leave' also takes the caller out of the queue (a wait that
+-- ended). When the lock is then free and someone waits, publish on the first
+-- waiter's own channel (ARGV[3] .. '#' .. its name: only it listens there, so a
+-- release reaches one waiter however many wait) and its name on the key's channel
+-- (for waiters of the other mode, which look at every release); after a release
+-- with no one waiting publish '' on the key's channel (whoever listens may look). Returns 1 if
+-- it deleted the lock, else 0. A release leaves a tombstone, KEYS[5] (the caller's
+-- ReleasedKey), for as long as the lock had left to live: the same release run again
+-- (go-redis retries a command whose reply was lost) returns 1 again.
+if redis.replicate_commands then
+  redis.replicate_commands() -- Redis before 5: writes after TIME need it
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+  redis.call('ZREM', KEYS[3], gone)
+  redis.call('ZREM', KEYS[4], gone)
+end
+local op, me = ARGV[1], ARGV[2]
+local holder = redis.call('GET', KEYS[1])
+
+if op == 'release' or op == 'leave' then
+  if op == 'leave' then
+    redis.call('ZREM', KEYS[3], me)
+    redis.call('ZREM', KEYS[4], me)
+  end
+  local held = holder == me
+  if held then
+    local pttl = redis.call('PTTL', KEYS[1])
+    redis.call('DEL', KEYS[1])
+    if pttl > 0 then
+      redis.call('SET', KEYS[5], '1', 'PX', pttl)
+    end
+  elseif holder then
+    return redis.call('EXISTS', KEYS[5])
+  end
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head then
+    redis.call('PUBLISH', ARGV[3] .. '#' .. head, '')
+  end
+  if head or held then
+    redis.call('PUBLISH', ARGV[3], head or '')
+  end
+  if held then
+    return 1
+  end
+  return redis.call('EXISTS', KEYS[5])
+end
+
+if holder == me then
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if not holder and (not head or head == me) then
+  if head then
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('ZREM', KEYS[4], head)
+  end
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], me, 'PX', ARGV[3])
+  return {1, token}
+end
+local place = -1
+if op == 'wait' then
+  if not redis.call('ZSCORE', KEYS[3], me) then
+    local arrival = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    if last and tonumber(last) >= arrival then
+      arrival = tonumber(last) + 1
+    end
+    redis.call('ZADD', KEYS[3], arrival, me)
+  end
+  local wttl = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[4], now + wttl, me)
+  for k = 3, 4 do
+    if redis.call('PTTL', KEYS[k]) < wttl then
+      redis.call('PEXPIRE', KEYS[k], wttl)
+    end
+  end
+  place = redis.call('ZRANK', KEYS[3], me)
+  head = head or me
+end
+local remaining = 0
+if holder then
+  remaining = redis.call('PTTL', KEYS[1])
+end
+local headIn = 0
+if head then
+  headIn = math.max(tonumber(redis.call('ZSCORE', KEYS[4], head)) - now, 0)
+end
+return {0, remaining, place, headIn}

@@ -1,0 +1,101 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/backends/internal/redisops"
+)
+
+// Semaphores and read-write locks. For the primitive named key:
+//
+//	holders:  "dlock:holders\xff{" + tag + "}" + key  (a sorted set: owner value → expiry, ms on the server's clock)
+//	settings: "dlock:settings\xff{" + tag + "}" + key (a hash: kind, limit, writer)
+//	fence:    "dlock:primfence\xff{" + tag + "}" + key (an integer, never expires)
+//
+// with tag as for FenceKey, so that all three sit in the hash slot of key (and of
+// its mutex). None is valid UTF-8, so no mutex key (the name itself) is one of them.
+// A key's semaphore and read-write lock share the holders and settings: the
+// settings' kind tells them apart, and an acquire of the other kind while holders
+// live is refused (a conflict). Holders and settings expire with the last holder.
+
+// primitiveKeys returns the holders, settings and fence keys of key's primitive.
+func primitiveKeys(key string) []string {
+	return []string{redisops.Tagged("dlock:holders\xff", key), redisops.Tagged("dlock:settings\xff", key), redisops.Tagged("dlock:primfence\xff", key)}
+}
+
+// Primitive kinds and read-write modes as the scripts name them.
+const (
+	kindSemaphore = "semaphore"
+	kindRWLock    = "rwlock"
+	modeShared    = "shared"
+	modeExclusive = "exclusive"
+)
+
+// primResult is the outcome of primAcquireOp.
+type primResult struct {
+	Granted   bool
+	Token     uint64
+	Remaining time.Duration // when full: until the first holder expires
+	// Conflict, when not empty, says how the key is held instead: the other kind,
+	// or a semaphore's other limit.
+	Conflict string
+}
+
+// primAcquireOp takes a lease of key's semaphore (kind kindSemaphore, arg the limit)
+// or read-write lock (kind kindRWLock, arg modeShared or modeExclusive) for the owner value
+// and ttl, in one script. An error is as for Acquire: the lease may have been
+// granted (release it with the same value), unless it is a reply error.
+func primAcquireOp(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration, kind, arg string) (primResult, error) {
+	res, err := primAcquireScript.Run(ctx, c, primitiveKeys(key), value, redisops.Millis(ttl), kind, arg).Slice()
+	if err != nil {
+		return primResult{}, err
+	}
+	if len(res) != 2 {
+		return primResult{}, fmt.Errorf("primitive acquire script returned %v", res)
+	}
+	code, _ := res[0].(int64)
+	switch code {
+	case 1:
+		tok, _ := res[1].(int64)
+		if tok <= 0 {
+			return primResult{}, fmt.Errorf("fencing counter of %q returned %v", key, res[1])
+		}
+		return primResult{Granted: true, Token: uint64(tok)}, nil
+	case 0:
+		ms, _ := res[1].(int64)
+		return primResult{Remaining: max(time.Duration(ms)*time.Millisecond, 0)}, nil
+	case -1:
+		return primResult{Conflict: fmt.Sprintf("held as a %v", res[1])}, nil
+	case -2:
+		return primResult{Conflict: fmt.Sprintf("held as a semaphore with limit %v", res[1])}, nil
+	}
+	return primResult{}, fmt.Errorf("primitive acquire script returned %v", res)
+}
+
+// primRefreshOp sets the expiry of the owner's lease of key's primitive to ttl from
+// now; false when the lease is gone.
+func primRefreshOp(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration) (bool, error) {
+	n, err := primRefreshScript.Run(ctx, c, primitiveKeys(key)[:2], value, redisops.Millis(ttl)).Int64()
+	return n == 1, err
+}
+
+// primReleaseOp removes the owner's lease of key's primitive and publishes on the
+// channel of wake (Channel(wake)) so that waiters look again; false when the lease
+// had expired or was gone. Like Release it is idempotent: run again after its reply
+// was lost, it returns true again.
+func primReleaseOp(ctx context.Context, c redis.Scripter, key, value, wake string) (bool, error) {
+	ks := append(primitiveKeys(key)[:2:2], primReleasedKey(key, value))
+	n, err := primReleaseScript.Run(ctx, c, ks, value, redisops.Channel(wake)).Int64()
+	return n == 1, err
+}
+
+// primReleasedKey is the tombstone of the owner's release of a lease of key's
+// primitive: ReleasedKey's, with 0xfe before the value instead of 0xff, so that it is
+// never the tombstone of key's mutex.
+func primReleasedKey(key, value string) string {
+	return redisops.Tagged(redisops.ReleasedPrefix, key) + "\xfe" + value
+}

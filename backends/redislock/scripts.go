@@ -1,0 +1,35 @@
+package redislock
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts only this backend runs, beside the Go that runs them (ops_*.go):
+// the fair mode (fair.lua), sets of keys (*_all.lua), semaphores and read-write locks
+// (prim_*.lua) and elections (campaign.lua). The mutex's own scripts are the ones
+// redlock shares (backends/internal/redisops).
+//
+//go:embed *.lua
+var luaFiles embed.FS
+
+// script loads the embedded Lua file name; a missing file is a build mistake.
+func script(name string) *redis.Script {
+	src, err := luaFiles.ReadFile(name)
+	if err != nil {
+		panic("redislock: " + err.Error())
+	}
+	return redis.NewScript(string(src))
+}
+
+var (
+	campaignScript    = script("campaign.lua")
+	fairScript        = script("fair.lua")
+	acquireAllScript  = script("acquire_all.lua")
+	refreshAllScript  = script("refresh_all.lua")
+	releaseAllScript  = script("release_all.lua")
+	primAcquireScript = script("prim_acquire.lua")
+	primRefreshScript = script("prim_refresh.lua")
+	primReleaseScript = script("prim_release.lua")
+)
