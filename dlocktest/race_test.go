@@ -1,0 +1,5 @@
+//go:build race
+
+package dlocktest
+
+const raceEnabled = true
