@@ -36,17 +36,21 @@ const (
 	barging             flaw = "barging"               // waiters poll a queued store, whoever asks first wins
 	splitVotes          flaw = "split-votes"           // TryLocks of a free key that overlap in time all fail
 	cancelLeavesGrant   flaw = "cancel-leaves-grant"   // a cancelled wait stays pending and takes the lock when it frees
+	// The store tells a holder that its lock was deleted, but calls it the end of its
+	// session: the lease's Err names the wrong cause.
+	deletionCalledSession flaw = "deletion-called-session"
 )
 
 // flaws maps each flaw to the property it breaks.
 var flaws = map[flaw]spec.Property{
-	releaseIgnoresOwner: spec.OwnerOnlyRelease,
-	neverExpires:        spec.DeadlockFreedom,
-	twoHolders:          spec.MutualExclusion,
-	constantToken:       spec.FencingMonotonic,
-	barging:             spec.FIFO,
-	splitVotes:          spec.SimultaneousTry,
-	cancelLeavesGrant:   spec.Cancellation,
+	releaseIgnoresOwner:   spec.OwnerOnlyRelease,
+	neverExpires:          spec.DeadlockFreedom,
+	twoHolders:            spec.MutualExclusion,
+	constantToken:         spec.FencingMonotonic,
+	barging:               spec.FIFO,
+	splitVotes:            spec.SimultaneousTry,
+	cancelLeavesGrant:     spec.Cancellation,
+	deletionCalledSession: spec.DoneAndErr,
 }
 
 // bargingLocker waits by polling TryAcquire on a memlock Store instead of queueing in
@@ -118,6 +122,33 @@ type flawedLock struct {
 	key     string
 	token   uint64
 	expires time.Time
+	lost    chan struct{} // closed when the lock is deleted (deleteKey), cause set
+	cause   error
+}
+
+// newLock is a grant of key with the current token, valid until expires; the
+// caller holds s.mu.
+func (s *flawedStore) newLock(key string, expires time.Time) *flawedLock {
+	return &flawedLock{s: s, key: key, token: s.token, expires: expires, lost: make(chan struct{})}
+}
+
+// deleteKey deletes key's locks, as an operator would, and tells their holders (a
+// watch on the lock's record: driver.LossDeleted — or, with the flaw
+// deletionCalledSession, LossSession).
+func (s *flawedStore) deleteKey(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls := s.locks[key]
+	delete(s.locks, key)
+	kind := driver.LossDeleted
+	if s.flaw == deletionCalledSession {
+		kind = driver.LossSession
+	}
+	for _, l := range ls {
+		l.cause = &driver.LossError{Kind: kind, Err: errors.New("the lock was deleted")}
+		close(l.lost)
+	}
+	return len(ls) > 0
 }
 
 type flawedDriver struct{ s *flawedStore }
@@ -152,7 +183,7 @@ func (s *flawedStore) tryLocked(key string, ttl time.Duration) (*flawedLock, err
 		return nil, driver.Busy(0)
 	}
 	s.token++
-	l := &flawedLock{s: s, key: key, token: s.token, expires: now.Add(ttl)}
+	l := s.newLock(key, now.Add(ttl))
 	if s.flaw == constantToken {
 		l.token = 1
 	}
@@ -209,6 +240,16 @@ func (d waitingDriver) Lock(ctx context.Context, key string, ttl time.Duration) 
 
 func (l *flawedLock) Token() uint64 { return l.token }
 
+// Lost and Cause implement driver.Sessioned: Lost closes when the lock is deleted
+// (deleteKey).
+func (l *flawedLock) Lost() <-chan struct{} { return l.lost }
+
+func (l *flawedLock) Cause() error {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.cause
+}
+
 // find returns the index of l among key's live owners, or -1.
 func (l *flawedLock) find() int {
 	for i, o := range l.s.locks[l.key] {
@@ -247,7 +288,7 @@ func (l *flawedLock) Unlock(ctx context.Context) error {
 		delete(l.s.pending, l.key)
 		if now := time.Now(); now.Before(until) {
 			l.s.token++
-			l.s.locks[l.key] = append(l.s.locks[l.key], &flawedLock{s: l.s, key: l.key, token: l.s.token, expires: now.Add(20 * time.Millisecond)})
+			l.s.locks[l.key] = append(l.s.locks[l.key], l.s.newLock(l.key, now.Add(20*time.Millisecond)))
 		}
 	}
 	return nil
@@ -282,6 +323,16 @@ func (h flawedHarness) Capabilities() spec.Capabilities { return h.caps }
 
 func (h flawedHarness) Name() string { return "flawed-" + string(h.s.flaw) }
 
+// deletingHarness can delete a lock behind its holder's back, whose holder learns of
+// it at once (declared spec.SeenByWatch).
+type deletingHarness struct{ flawedHarness }
+
+func (h deletingHarness) DeleteKey(t testing.TB, key string) {
+	if !h.s.deleteKey(key) {
+		t.Fatalf("DeleteKey(%q): no lock to delete", key)
+	}
+}
+
 // TestFlawedSuite runs the suite on the flawed store named by DLOCK_FLAW (declaring
 // the property DLOCK_DECLARE names as a weakness). It is run by TestSuiteCatchesFlaws.
 func TestFlawedSuite(t *testing.T) {
@@ -308,7 +359,13 @@ func TestFlawedSuite(t *testing.T) {
 	}
 	s := &flawedStore{flaw: flaw(f), locks: map[string][]*flawedLock{}, terms: map[string]*flawedTerms{},
 		trying: map[string]int{}, split: map[string]bool{}, pending: map[string]time.Time{}}
-	conformance.Run(t, flawedHarness{s, caps, os.Getenv("DLOCK_WAITER") == "1"})
+	h := flawedHarness{s, caps, os.Getenv("DLOCK_WAITER") == "1"}
+	if os.Getenv("DLOCK_DELETER") == "1" {
+		h.caps.DeletionSeen = spec.SeenByWatch
+		conformance.Run(t, deletingHarness{h})
+		return
+	}
+	conformance.Run(t, h)
 }
 
 func TestSuiteCatchesFlaws(t *testing.T) {
@@ -325,6 +382,8 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 					env = append(env, "DLOCK_QUEUE=1")
 				case spec.Cancellation:
 					env = append(env, "DLOCK_WAITER=1")
+				case spec.DoneAndErr:
+					env = append(env, "DLOCK_DELETER=1")
 				}
 				return env
 			})
@@ -364,5 +423,34 @@ func catches(t *testing.T, test string, f flaw, prop spec.Property, env func(fl 
 	out, err = run(noFlaw, true)
 	if err == nil || !strings.Contains(out, "did not reproduce") {
 		t.Fatalf("weakness %s declared on a sound store: want the suite to fail, got err %v:\n%s", prop, err, out)
+	}
+}
+
+// TestCheckerCatchesFlawsInHistory: the checker, from the recorded history alone,
+// finds what a flawed store does — two holders at once, a token handed out twice —
+// whatever the property's own code looked for: its evidence (the overlap of two
+// beliefs, the order of tokens) is in the failing property's output.
+func TestCheckerCatchesFlawsInHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child test processes")
+	}
+	for _, c := range []struct {
+		f    flaw
+		prop spec.Property
+		says string
+	}{
+		{twoHolders, spec.MutualExclusion, "still believed it held it"},
+		{twoHolders, spec.TryAcquire, "still believed it held it"},
+		{constantToken, spec.FencingMonotonic, "had completed"},
+	} {
+		t.Run(string(c.f)+"/"+string(c.prop), func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedSuite$/^"+string(c.prop)+"$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "DLOCK_FLAW="+string(c.f))
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), c.says) {
+				t.Fatalf("flaw %s: want %s to fail with the checker's evidence (%q), got err %v:\n%s", c.f, c.prop, c.says, err, out)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,15 +68,23 @@ func holder(in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	start := time.Now()
+	call := mono()
 	if os.Getenv(envWaiter) == "1" {
-		fmt.Fprintln(out, "WAITING")
+		fmt.Fprintln(out, "WAITING", call)
 	}
 	ls, err := childAcquire(ctx, l, os.Getenv(envKey), os.Getenv(envKind), dlock.WithTTL(ttl))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "HELD", ls.Token(), start.UnixNano())
+	fmt.Fprintln(out, "HELD", ls.Token(), call, mono())
+	go func() { // the end of the lease, for the history: "DONE <mono> <why>"
+		<-ls.Done()
+		at, why := mono(), "released"
+		if err := ls.Err(); err != nil {
+			why = err.Error()
+		}
+		fmt.Fprintln(out, "DONE", at, strings.ReplaceAll(why, "\n", " "))
+	}()
 	select {
 	case <-ls.Done():
 		return fmt.Errorf("lease ended before the check: %w", ls.Err())
@@ -105,50 +114,101 @@ func holder(in io.Reader, out io.Writer) error {
 	return nil
 }
 
-// child is a holder process seen from the test.
+// child is a holder process seen from the test. With a recorder, what the child
+// reports — its acquisition's call and grant, its lease's end — goes into the current
+// trial's history, stamped with the child's own reading of the shared monotonic
+// clock, and so do the signals the test sends it.
 type child struct {
 	t     testing.TB
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
 	token uint64
-	start time.Time // when the child began to acquire
-}
+	call  int64 // mono() when the child began to acquire
 
-// startHolder starts a holder of key on url and waits until it holds the lock.
-func startHolder(t testing.TB, url, key string, ttl time.Duration, resource, name string) *child {
-	t.Helper()
-	return startHolderOf(t, "", url, key, ttl, resource, name)
+	rec    *recorder
+	name   string
+	what   Event // key, kind of what the child takes
+	h      *history
+	mu     sync.Mutex
+	seq    int64 // the acquisition's sequence number in h
+	held   bool  // granted and not yet ended
+	paused func(error, Event) Event
 }
 
 // startHolderOf starts a holder of key's kind (see childAcquire) on url and waits
 // until it holds its lease.
-func startHolderOf(t testing.TB, kind, url, key string, ttl time.Duration, resource, name string) *child {
+func startHolderOf(t testing.TB, rec *recorder, kind, url, key string, ttl time.Duration, resource, name string) *child {
 	t.Helper()
-	c := startChild(t, kind, url, key, ttl, resource, name, false)
-	line := c.expect("HELD", time.Minute)
-	f := strings.Fields(line)
-	if len(f) != 3 {
-		t.Fatalf("holder child said %q", line)
-	}
-	c.token, _ = strconv.ParseUint(f[1], 10, 64)
-	ns, _ := strconv.ParseInt(f[2], 10, 64)
-	c.start = time.Unix(0, ns)
+	c := startChild(t, rec, kind, url, key, ttl, resource, name, false)
+	c.expect("HELD", time.Minute)
 	c.expect("CHECKED", time.Minute)
 	return c
 }
 
 // startWaiter starts a child that asks for the mutex key on url (a lock another
 // client holds) and returns once it is about to call Acquire.
-func startWaiter(t testing.TB, url, key string, ttl time.Duration, name string) *child {
+func startWaiter(t testing.TB, rec *recorder, url, key string, ttl time.Duration, name string) *child {
 	t.Helper()
-	c := startChild(t, "", url, key, ttl, "", name, true)
+	c := startChild(t, rec, "", url, key, ttl, "", name, true)
 	c.expect("WAITING", time.Minute)
 	return c
 }
 
+// record takes what a child's line reports into the history; it reports whether the
+// line is for the history alone (DONE) rather than for expect.
+func (c *child) record(line string) bool {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return false
+	}
+	num := func(i int) int64 {
+		if i >= len(f) {
+			return 0
+		}
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return n
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch f[0] {
+	case "WAITING":
+		if c.h != nil {
+			c.seq = c.h.next()
+			e := c.what
+			e.T, e.Seq, e.Client, e.Op, e.Phase = num(1), c.seq, c.name, OpAcquire, Call
+			c.h.add(e)
+		}
+	case "HELD":
+		tok, _ := strconv.ParseUint(f[1], 10, 64)
+		c.token, c.call = tok, num(2)
+		if c.h != nil {
+			if c.seq == 0 {
+				c.seq = c.h.next()
+				e := c.what
+				e.T, e.Seq, e.Client, e.Op, e.Phase = num(2), c.seq, c.name, OpAcquire, Call
+				c.h.add(e)
+			}
+			e := c.what
+			e.T, e.Seq, e.Client, e.Op, e.Phase, e.Token = num(3), c.seq, c.name, OpAcquire, OK, tok
+			c.h.add(e)
+			c.held = true
+		}
+	case "DONE":
+		if c.h != nil && c.held {
+			c.held = false
+			e := c.what
+			e.T, e.Client, e.Op, e.Lease, e.Phase = num(1), c.name, OpEnd, c.seq, ""
+			e.Err = strings.Join(f[2:], " ")
+			c.h.add(e)
+		}
+		return true
+	}
+	return false
+}
+
 // startChild starts the test binary as a holder (or waiter) child of key's kind.
-func startChild(t testing.TB, kind, url, key string, ttl time.Duration, resource, name string, waiter bool) *child {
+func startChild(t testing.TB, rec *recorder, kind, url, key string, ttl time.Duration, resource, name string, waiter bool) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"=holder", envURL+"="+url, envKey+"="+key,
@@ -169,12 +229,17 @@ func startChild(t testing.TB, kind, url, key string, ttl time.Duration, resource
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), rec: rec, name: name, what: childWhat(kind, key)}
+	if rec != nil {
+		c.h = rec.hist()
+	}
 	go func() {
 		defer close(c.lines)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			c.lines <- sc.Text()
+			if !c.record(sc.Text()) {
+				c.lines <- sc.Text()
+			}
 		}
 	}()
 	t.Cleanup(c.kill)
@@ -199,11 +264,70 @@ func (c *child) expect(word string, within time.Duration) string {
 	return ""
 }
 
+// signal sends sig to the child and records it: SIGKILL as a fault that ends the
+// child's lease, SIGSTOP as the start of a pause that SIGCONT ends.
 func (c *child) signal(sig syscall.Signal) {
 	c.t.Helper()
+	var done func(error, Event) Event
+	if c.h != nil {
+		switch sig {
+		case syscall.SIGKILL, syscall.SIGSTOP:
+			done = c.h.call("", OpFault, Event{Note: fmt.Sprintf("%s %s", sigName(sig), c.name)})
+		case syscall.SIGCONT:
+			c.mu.Lock()
+			done, c.paused = c.paused, nil
+			c.mu.Unlock()
+		}
+	}
 	if err := c.cmd.Process.Signal(sig); err != nil {
 		c.t.Fatalf("signal %v to holder child: %v", sig, err)
 	}
+	if done == nil {
+		return
+	}
+	switch sig {
+	case syscall.SIGKILL:
+		at := done(nil, Event{})
+		c.mu.Lock()
+		if c.held { // a process killed holds nothing from now on
+			c.held = false
+			e := c.what
+			e.T, e.Client, e.Op, e.Lease, e.Err = at.T, c.name, OpEnd, c.seq, "killed (SIGKILL)"
+			c.h.add(e)
+		}
+		c.mu.Unlock()
+	case syscall.SIGSTOP:
+		c.mu.Lock()
+		c.paused = done
+		c.mu.Unlock()
+	case syscall.SIGCONT:
+		done(nil, Event{})
+	}
+}
+
+func sigName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGSTOP:
+		return "SIGSTOP"
+	}
+	return sig.String()
+}
+
+// childWhat is the key and kind of what a child of kind takes on key, as the history
+// names them.
+func childWhat(kind, key string) Event {
+	switch {
+	case kind == "":
+		return Event{Key: key}
+	case strings.HasPrefix(kind, "semaphore:"):
+		n, _ := strconv.Atoi(strings.TrimPrefix(kind, "semaphore:"))
+		return Event{Key: key, Kind: "permit", Limit: n}
+	case kind == "election":
+		return Event{Key: key, Kind: "term"}
+	}
+	return Event{Key: key, Kind: kind}
 }
 
 func (c *child) send(cmd string) {

@@ -32,7 +32,7 @@
 //
 //	interface          enables
 //	Vanisher           DeadlockFreedom, DoneAndErr with a client that vanishes as a crashed process does
-//	KeyDeleter         OwnerOnlyRelease, DoneAndErr with a lock deleted behind its holder's back
+//	KeyDeleter         OwnerOnlyRelease, DoneAndErr with a lock deleted behind its holder's back (and the cause its Err names: Capabilities.DeletionSeen)
 //	QueueInspector     FIFO (needs Capabilities.FIFO); WaiterCrash then sees its waiters queue
 //	WeaknessReproducer declared weaknesses that need a fault of the harness's own
 //	URLer              HolderCrash, WaiterCrash, HolderPause, HolderPauseFenced (holders and waiters in child processes: call ChildMain)
@@ -44,9 +44,10 @@
 //	ClockJumper        ClockJump
 //	NodeFaulter        ClockJumpBareMajority (Kleppmann's Redlock counterexample)
 //	Diagnoser          the store's state in the evidence of a scenario that went wrong
+//	FenceGuarder       HolderPauseFenced and FailoverFencedWrite with fencing guards (package fence) as the resource too: a cell per guard
 //
 // With $DLOCK_REPORT_DIR set, Run and RunFaults also write their results there as
-// JSON, for `dlock compare` to merge into one report.
+// JSON, for `dlock-lab compare` to merge into one report.
 package conformance
 
 import (

@@ -48,17 +48,21 @@ func (s *suite) forPrimitive(p *spec.Primitive) *suite {
 }
 
 // election returns the election name on l, failing t if the backend has none.
-func election(t testing.TB, l dlock.Locker, name string) *dlock.Election {
+func election(t testing.TB, l dlock.Locker, name string) *recElection {
 	t.Helper()
 	e, err := dlock.NewElection(l, name)
 	if err != nil {
 		t.Fatalf("NewElection(%q): %v (the backend declares elections)", name, err)
 	}
-	return e
+	re := &recElection{Election: e}
+	if rl, ok := l.(*recLocker); ok {
+		re.r, re.client = rl.r, rl.name
+	}
+	return re
 }
 
 // mustLead campaigns on e with value and fails t if it does not lead within 30s.
-func mustLead(t testing.TB, e *dlock.Election, value string, opts ...dlock.Option) dlock.Lease {
+func mustLead(t testing.TB, e *recElection, value string, opts ...dlock.Option) dlock.Lease {
 	t.Helper()
 	ls, err := e.Campaign(ctxFor(t, 30*time.Second), value, opts...)
 	if err != nil {
@@ -69,7 +73,7 @@ func mustLead(t testing.TB, e *dlock.Election, value string, opts ...dlock.Optio
 
 // expectNotElected makes one campaign attempt on an election another candidate
 // leads and records a violation if it won.
-func expectNotElected(t testing.TB, v *verdict, e *dlock.Election, what string) {
+func expectNotElected(t testing.TB, v *verdict, e *recElection, what string) {
 	t.Helper()
 	ls, err := e.TryCampaign(ctxFor(t, 10*time.Second), "intruder", dlock.WithTTL(30*time.Second))
 	switch {
@@ -271,7 +275,7 @@ func (s *suite) electionFailover(t *testing.T, v *verdict) {
 	la := mustLead(t, election(t, a, name), "vanishing", dlock.WithTTL(ttl))
 	vanished := time.Now()
 	if canVanish {
-		vanisher.Vanish(t, a)
+		s.cr.rec.fault("client vanished (cut off, as a crashed host)", func() { vanisher.Vanish(t, harnessClient(a)) })
 	} // else: the term is abandoned, neither renewed nor resigned
 	eb := election(t, b, name)
 	if s.caps.PerLeaseTTL {

@@ -18,7 +18,7 @@ import (
 const candidateValue = "candidate"
 
 // candidate is a handle that campaigns in an election.
-type candidate struct{ e *dlock.Election }
+type candidate struct{ e *recElection }
 
 func (c candidate) Acquire(ctx context.Context, opts ...dlock.Option) (dlock.Lease, error) {
 	return c.e.Campaign(ctx, candidateValue, opts...)
@@ -28,7 +28,7 @@ func (c candidate) TryAcquire(ctx context.Context, opts ...dlock.Option) (dlock.
 	return c.e.TryCampaign(ctx, candidateValue, opts...)
 }
 
-// newCandidate returns a candidate of the election name on l.
+// newCandidate returns a (recorded) candidate of the election name on l.
 func newCandidate(t testing.TB, l dlock.Locker, name string) handle {
 	return candidate{election(t, l, name)}
 }

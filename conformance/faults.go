@@ -48,6 +48,11 @@ func RunFaults(t *testing.T, h Harness) {
 	for _, x := range append(mutexSubject(f).runs(spec.Scenarios), primitiveFaults(f)...) {
 		t.Run(string(x.s), func(t *testing.T) {
 			c := results.Cell{Backend: backend, Scenario: string(x.s), Property: string(spec.MutualExclusion), Expected: caps.Expect(spec.MutexScenarioOf(x.s))}
+			if reason, ok := caps.Inapplicable[spec.MutexScenarioOf(x.s)]; ok {
+				c.Status, c.Expected, c.Evidence = spec.NotApplicable, spec.NotApplicable, []string{"not applicable: " + reason}
+				f.add(c)
+				t.Skipf("%s: not applicable: %s", x.s, reason)
+			}
 			if reason, ok := unavailable[spec.MutexScenarioOf(x.s)]; ok && x.ok {
 				c.Status, c.Expected, c.Evidence = spec.NotApplicable, spec.NotApplicable, []string{"not applicable here: " + reason}
 				f.add(c)
@@ -61,20 +66,18 @@ func RunFaults(t *testing.T, h Harness) {
 				}
 				t.Skipf("%s: the harness does not enable this scenario", x.s)
 			}
-			f.trials = trials(caps, x.s)
-			x.fn(t, &c)
+			r := newCellRun(t, &c, x.trials)
+			f.cr = r
+			x.fn(t, r)
 			if t.Failed() {
 				return
 			}
 			if c.Status == "" {
-				c.Status = spec.Held
-				if c.Violations > 0 {
-					c.Status = spec.Violated
-				}
+				c.Status = cellStatus(&c)
 			}
 			f.add(c)
 			if c.Surprise() {
-				t.Errorf("%s on %s: %s, but the backend's capabilities expect %s; evidence: %v", x.s, backend, c.Status, c.Expected, c.Evidence)
+				t.Errorf("%s on %s: %s, but the backend's capabilities expect %s; evidence: %v", x.s, backend, c.ShortStatus(), c.Expected, c.Evidence)
 			} else {
 				t.Logf("%s: %s as expected; %v", x.s, c.ShortStatus(), c.Evidence)
 			}
@@ -98,9 +101,10 @@ var primitiveFaultMakers []func(f *faults) []run
 // run is one scenario of RunFaults: its name, whether the harness enables it, and
 // the function that runs its trials and fills the cell.
 type run struct {
-	s  spec.Scenario
-	ok bool
-	fn func(*testing.T, *results.Cell)
+	s      spec.Scenario
+	ok     bool
+	trials int // exercised trials wanted
+	fn     func(*testing.T, *cellRun)
 }
 
 type faults struct {
@@ -109,15 +113,19 @@ type faults struct {
 	backend   string
 	trials    int
 	own       *results.File // saved to $DLOCK_REPORT_DIR
-	leaseFact *results.Cell // LeaderKillLease, measured by the mutex's leaderKill
+	cr        *cellRun      // the scenario running: its clients record into it
+	leaseFact *cellRun      // LeaderKillLease, measured by the mutex's leaderKill
+	writeFact *cellRun      // FailoverFencedWrite, measured by failoverFencing
 }
 
 func (f *faults) add(c results.Cell) { f.own.Add(c) }
 
+// client returns a new client of the backend, recorded in the running scenario's
+// histories.
 func (f *faults) client(t testing.TB) dlock.Locker {
 	l := f.h.NewLocker(t)
 	t.Cleanup(func() { _ = l.Close() })
-	return l
+	return f.cr.rec.locker(l, f.cr.rec.name("client"))
 }
 
 // leaseTTL is the TTL fault scenarios give their leases: long enough for a child
@@ -132,19 +140,6 @@ func (f *faults) freeBound(ttl time.Duration) time.Duration {
 		return ttl + 10*time.Second
 	}
 	return min(f.caps.SessionTimeout+10*time.Second, time.Minute)
-}
-
-// keptLock records that a silent (paused or cut-off) holder's lock was not freed
-// within the bound in trial i; the caller then skips the remaining trials. With a
-// per-lease TTL that is a failure. A session store that keeps the lock of a holder
-// whose connection is still open keeps it in every trial: waiting out the bound
-// again would show nothing new.
-func (f *faults) keptLock(t *testing.T, c *results.Cell, i int, holder string, ttl time.Duration, err error) {
-	if f.caps.PerLeaseTTL {
-		t.Errorf("trial %d: the %s holder's lock was not freed within %v, though its TTL is %v: %v", i, holder, f.freeBound(ttl), ttl, err)
-		return
-	}
-	c.Note("trial %d: the %s holder kept the lock for %v (not granted to another: %v); the remaining %d trials are skipped: the store keeps the lock of a connection it still sees open", i, holder, f.freeBound(ttl), err, f.trials-i-1)
 }
 
 // grantLog records when grants happened and signals each one.

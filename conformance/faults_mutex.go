@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -30,11 +29,11 @@ const (
 // answering them, as a SIGSTOPped server would), after a renewal is on its way. It
 // checks that the clients stay in control: Release with a short context returns
 // within it; Close returns within its bound; Done closes by the validity deadline
-// (by the session timeout for a session store); and once the store answers again,
+// (by the session timeout for a session store), lost as unreachable; and once the store answers again,
 // both locks are free within their TTL (session timeout), plus the store's own
 // expiry granularity.
-func (f *faults) storeHang(t *testing.T, c *results.Cell) {
-	c.Property = "BoundedOperations"
+func (f *faults) storeHang(t *testing.T, r *cellRun) {
+	r.c.Property = "BoundedOperations"
 	p := f.h.(Partitioner)
 	b := f.client(t)
 	ttl := f.leaseTTL()
@@ -42,19 +41,17 @@ func (f *faults) storeHang(t *testing.T, c *results.Cell) {
 	if !f.caps.PerLeaseTTL && f.caps.SessionTimeout > 0 {
 		doneBound = f.caps.SessionTimeout
 	}
-	var releases, closes, dones, frees, backs []time.Duration
-	for i := range f.trials {
-		c.Trials++
-		var bad []string // this trial's violations: the trial counts once
-		violation := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+	for i := range r.trials() {
+		k1, k2 := key(t, fmt.Sprintf("hang%d-release", i)), key(t, fmt.Sprintf("hang%d-close", i))
+		var back int64
 		func() {
 			a1, link1 := p.NewPartitionedLocker(t)
 			a2, link2 := p.NewPartitionedLocker(t)
+			a1, a2 = r.rec.locker(a1, "hung-release"), r.rec.locker(a2, "hung-close")
 			defer a1.Close()
 			defer a2.Close()
 			defer link1.Restore()
 			defer link2.Restore()
-			k1, k2 := key(t, fmt.Sprintf("hang%d-release", i)), key(t, fmt.Sprintf("hang%d-close", i))
 			granted := time.Now()
 			l1, err := a1.Acquire(ctxFor(t, 30*time.Second), k1, dlock.WithTTL(ttl), dlock.WithAutoRenew())
 			if err != nil {
@@ -63,130 +60,107 @@ func (f *faults) storeHang(t *testing.T, c *results.Cell) {
 			if _, err := a2.Acquire(ctxFor(t, 30*time.Second), k2, dlock.WithTTL(ttl), dlock.WithAutoRenew()); err != nil {
 				t.Fatalf("trial %d: acquire before the hang: %v", i, err)
 			}
-			doneAt := make(chan time.Time, 1)
-			stop := make(chan struct{})
-			defer close(stop)
-			go func() {
-				select {
-				case <-l1.Done():
-					doneAt <- time.Now()
-				case <-stop:
-				}
-			}()
+			hang := r.rec.hist().call("", OpFault, Event{Note: "store hang (both links blackholed)"})
 			link1.Blackhole()
 			link2.Blackhole()
 			sleepUntil(granted.Add(ttl/3 + ttl/10)) // a renewal (at TTL/3) is on its way and hangs
 
 			ctx, cancel := context.WithTimeout(context.Background(), hangReleaseCtx)
-			t0 := time.Now()
 			err = l1.Release(ctx)
-			took := time.Since(t0)
 			cancel()
-			releases = append(releases, took)
-			switch {
-			case took > hangReleaseCtx+hangSlack:
-				violation("trial %d: Release with a %v context took %v while the store did not answer", i, hangReleaseCtx, took.Round(time.Millisecond))
-			case err == nil:
-				violation("trial %d: Release returned nil while the store did not answer", i)
-			}
-
-			t0 = time.Now()
+			r.rec.expect(err != nil, "Release returned nil while the store did not answer")
 			_ = a2.Close()
-			took = time.Since(t0)
-			closes = append(closes, took)
-			if took > closeBound+hangSlack {
-				violation("trial %d: Close took %v while the store did not answer (bound %v)", i, took.Round(time.Millisecond), closeBound)
+			select { // Done by its bound: the checker reads when from the history
+			case <-l1.Done():
+			case <-time.After(time.Until(granted.Add(doneBound + hangSlack))):
 			}
-
-			deadline := granted.Add(doneBound)
-			var at time.Time
-			timer := time.NewTimer(max(time.Until(deadline.Add(hangSlack)), 0))
-			select {
-			case at = <-doneAt:
-			case <-timer.C:
-				select { // the time Done closed decides, not which channel was read first
-				case at = <-doneAt:
-				default:
-				}
-			}
-			timer.Stop()
-			switch {
-			case at.IsZero():
-				violation("trial %d: Done still open %v after the grant (bound %v): the holder still believes it holds the lock", i, time.Since(granted).Round(time.Millisecond), doneBound)
-			case at.After(deadline.Add(hangSlack)):
-				violation("trial %d: Done closed %v after the grant, past the %v bound", i, at.Sub(granted).Round(time.Millisecond), doneBound)
-			default:
-				dones = append(dones, at.Sub(granted))
-			}
-
 			link1.Restore()
 			link2.Restore()
-			back := time.Now()
+			back = hang(nil, Event{}).T
 			for _, k := range []string{k1, k2} {
-				ls, err := b.Acquire(ctxFor(t, f.freeBound(ttl)), k)
-				if err != nil {
-					violation("trial %d: %s not free within %v after the store came back: %v", i, k, f.freeBound(ttl), err)
-					continue
+				if ls, err := b.Acquire(ctxFor(t, f.freeBound(ttl)), k); err == nil {
+					_ = ls.Release(ctxFor(t, 10*time.Second))
 				}
-				frees = append(frees, time.Since(back))
-				backs = append(backs, back.Sub(granted))
-				_ = ls.Release(ctxFor(t, 10*time.Second))
 			}
 		}()
-		if len(bad) > 0 {
-			c.Violations++
-			for _, v := range bad {
-				c.Note("%s", v)
-			}
+		free := func(k string) liveness {
+			return liveness{key: k, after: back, within: f.freeBound(ttl), what: "not free once the store answered again"}
 		}
+		r.judge(claims{exclusion: true,
+			bounds: []bound{
+				{client: "hung-release", op: OpRelease, within: hangReleaseCtx + hangSlack, what: fmt.Sprintf("Release with a %v context while the store did not answer", hangReleaseCtx)},
+				{client: "hung-close", op: OpClose, within: closeBound + hangSlack, what: "Close while the store did not answer"},
+			},
+			lasts:     []lasts{{key: k1, within: doneBound + hangSlack, what: "Done while the store did not answer"}},
+			causes:    []causes{f.cutOff("hung-release", "a lease whose store stopped answering")},
+			liveness:  []liveness{free(k1), free(k2)},
+			exercised: heldAtFault(k1, "store hang")})
 	}
-	done := "never within the bound"
-	if len(dones) > 0 {
-		done = maxOrZero(dones).Round(time.Millisecond).String() + " after the grant"
-	}
-	c.Note("Release with a %v context returned in at most %v; Close in at most %v; Done closed %s (bound %v); both locks granted to another client within %v of the store answering again (which was %v after the grant)",
-		hangReleaseCtx, slices.Max(releases).Round(time.Millisecond), slices.Max(closes).Round(time.Millisecond),
-		done, doneBound, maxOrZero(frees).Round(time.Millisecond), maxOrZero(backs).Round(time.Millisecond))
-}
-
-func maxOrZero(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	return slices.Max(ds)
 }
 
 // failoverFencing: a holder is granted a token on the master while its replica
-// lags; the replica is promoted; the next grant must get a larger token. A store
-// whose counter lost the increment hands the same token out again.
-func (f *faults) failoverFencing(t *testing.T, c *results.Cell) {
-	c.Property = string(spec.FencingMonotonic)
+// lags, and writes it to a fenced resource; the replica is promoted; the next grant
+// must get a larger token, and writes too. A store whose counter lost the increment
+// hands the same token out again (FencingMonotonic violated) — and the fenced
+// resource must then refuse the second write: that fact is the cell of
+// FailoverFencedWrite, decided from the same trials — and so are the cells of the
+// harness's fencing guards (FenceGuarder), to which both holders write too.
+func (f *faults) failoverFencing(t *testing.T, r *cellRun) {
+	r.c.Property = string(spec.FencingMonotonic)
 	fo := f.h.(Failoverer)
 	a, b := f.client(t), f.client(t)
-	for i := range f.trials {
-		c.Trials++
+	wc := results.Cell{Backend: r.c.Backend, Scenario: string(spec.FailoverFencedWrite), Property: "ResourceSafety",
+		Expected: f.caps.Expect(spec.FailoverFencedWrite)}
+	write := newCellRun(t, &wc, r.want)
+	write.rec = r.rec
+	f.writeFact = write
+	guards := f.guardRuns(t, r, spec.FailoverFencedWrite, wc.Property)
+	defer f.addGuardCells(t, guards)
+	for i := range r.trials() {
 		k := key(t, fmt.Sprintf("failover-fence%d", i))
-		fo.PauseReplication(t)
+		res := newGuardedResource(r.rec, k, guards)
+		r.rec.fault("replication paused", func() { fo.PauseReplication(t) })
 		la, err := a.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(30*time.Second))
 		if err == nil {
+			if res.Enter("before-failover", la.Token()) {
+				res.Leave("before-failover")
+			}
 			_ = la.Release(ctxFor(t, 10*time.Second)) // consecutive grants: no overlap here
-		}
-		fo.Failover(t)
-		if err != nil {
-			c.Note("trial %d: no grant while the replica lagged: %v", i, err)
-			continue
-		}
-		lb, err := b.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(30*time.Second))
-		if err != nil {
-			c.Note("trial %d: no grant after the failover: %v", i, err)
-			continue
-		}
-		if lb.Token() <= la.Token() {
-			c.Violation("trial %d: token %d granted after the failover, not above the %d granted before it", i, lb.Token(), la.Token())
 		} else {
-			c.Note("trial %d: tokens %d, then %d after the failover", i, la.Token(), lb.Token())
+			r.c.Note("trial %d: no grant while the replica lagged: %v", i, err)
 		}
-		_ = lb.Release(ctxFor(t, 10*time.Second))
+		r.rec.fault("failover", func() { fo.Failover(t) })
+		if err == nil {
+			if lb, err := b.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(30*time.Second)); err == nil {
+				if res.Enter("after-failover", lb.Token()) {
+					res.Leave("after-failover")
+				}
+				_ = lb.Release(ctxFor(t, 10*time.Second))
+			} else {
+				r.c.Note("trial %d: no grant after the failover: %v", i, err)
+			}
+		}
+		both := func(v *view) (bool, string) {
+			fo, _ := v.faultNamed("failover")
+			var before, after bool
+			for _, h := range v.grants(k) {
+				before = before || h.start < fo.start
+				after = after || h.start > fo.end
+			}
+			switch {
+			case !before:
+				return false, "no grant before the failover (while the replica lagged)"
+			case !after:
+				return false, "no grant after the failover"
+			}
+			return true, ""
+		}
+		r.judge(claims{fencing: true, exercised: both})
+		write.i, write.cur = i, r.cur
+		write.judge(claims{resource: true, recipe: true, exercised: both})
+		judgeGuards(r, guards, func(g string) claims {
+			return claims{resource: true, recipe: true, guard: g, exercised: guardDecided(g, both)}
+		})
 	}
 }
 
@@ -195,15 +169,15 @@ func (f *faults) failoverFencing(t *testing.T, c *results.Cell) {
 // three), they come back, then one of the three jumps its clock past the TTL; a
 // second client asks. The store's own clocks decide, so the second client finds a
 // majority free while the first lease is live.
-func (f *faults) clockJumpBareMajority(t *testing.T, c *results.Cell) {
+func (f *faults) clockJumpBareMajority(t *testing.T, r *cellRun) {
 	nf := f.h.(NodeFaulter)
 	n := nf.Nodes()
 	quorum := n/2 + 1
 	a, b := f.client(t), f.client(t)
 	const ttl = 30 * time.Second
-	for i := range f.trials {
-		c.Trials++
+	for i := range r.trials() {
 		k := key(t, fmt.Sprintf("kleppmann%d", i))
+		down := r.rec.hist().call("", OpFault, Event{Note: fmt.Sprintf("nodes %d-%d stopped", quorum, n-1)})
 		for j := quorum; j < n; j++ {
 			nf.StopNode(t, j)
 		}
@@ -215,37 +189,45 @@ func (f *faults) clockJumpBareMajority(t *testing.T, c *results.Cell) {
 		for j := quorum; j < n; j++ {
 			nf.StartNode(t, j)
 		}
+		down(nil, Event{})
 		if err != nil {
 			t.Fatalf("trial %d: grant on a bare majority of %d of %d nodes: %v", i, quorum, n, err)
 		}
-		nf.JumpNodeClock(t, quorum-1, 2*ttl)
+		r.rec.fault(fmt.Sprintf("node %d's clock jumped %v", quorum-1, 2*ttl), func() { nf.JumpNodeClock(t, quorum-1, 2*ttl) })
 		lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(ttl))
-
-		switch {
-		case err == nil && isDone(la):
-			c.Note("trial %d: granted again, but only after the first lease ended (%v)", i, la.Err())
-		case err == nil:
-			c.Violation("trial %d: the first lease (TTL %v, still live) stood on nodes 0-%d; after node %d's clock jumped %v, a second client was granted the lock",
-				i, ttl, quorum-1, quorum-1, 2*ttl)
-		case errors.Is(err, dlock.ErrNotAcquired):
-			c.Note("trial %d: refused after the jump: %v", i, err)
-		default:
+		if err != nil && !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("trial %d: %v", i, err)
 		}
 		if lb != nil {
 			_ = lb.Release(ctxFor(t, 10*time.Second))
 		}
 		_ = la.Release(ctxFor(t, 10*time.Second))
+		r.judge(claims{exclusion: true, exercised: func(v *view) (bool, string) {
+			d, _ := v.faultNamed("nodes")
+			if !v.heldAt(k, "", d.end) {
+				return false, "the lease granted on the bare majority was not held when the nodes came back"
+			}
+			return heldAtFault(k, "node")(v)
+		}})
 	}
 }
 
 // leaderKillLease reports the second fact of the leader kill's trials (leaderKill
 // measures both): whether a lease held across the kill was kept.
-func (f *faults) leaderKillLease(t *testing.T, c *results.Cell) {
+func (f *faults) leaderKillLease(t *testing.T, r *cellRun) {
 	if f.leaseFact == nil {
 		t.Skipf("%s is measured by the %s trials: run them too", spec.LeaderKillLease, spec.LeaderKill)
 	}
-	c.Property, c.Trials, c.Violations, c.Evidence = f.leaseFact.Property, f.leaseFact.Trials, f.leaseFact.Violations, f.leaseFact.Evidence
+	f.leaseFact.copyInto(r.c)
+}
+
+// failoverFencedWrite reports the second fact of FailoverFencing's trials: whether
+// the fenced resource refused what it must.
+func (f *faults) failoverFencedWrite(t *testing.T, r *cellRun) {
+	if f.writeFact == nil {
+		t.Skipf("%s is measured by the %s trials: run them too", spec.FailoverFencedWrite, spec.FailoverFencing)
+	}
+	f.writeFact.copyInto(r.c)
 }
 
 // waiterCrash: while a lock is held, a waiter in a child process queues for it, a
@@ -255,8 +237,8 @@ func (f *faults) leaderKillLease(t *testing.T, c *results.Cell) {
 // must not block the queue for longer than its own TTL. Where the harness can see the
 // store's queue (a FIFO backend's QueueInspector) the two are seen queued in that
 // order; elsewhere each is given a moment to start waiting.
-func (f *faults) waiterCrash(t *testing.T, c *results.Cell) {
-	c.Property = string(spec.DeadlockFreedom)
+func (f *faults) waiterCrash(t *testing.T, r *cellRun) {
+	r.c.Property = string(spec.DeadlockFreedom)
 	url := f.h.(URLer).URL(t)
 	qi, canSee := f.h.(QueueInspector)
 	canSee = canSee && f.caps.FIFO
@@ -275,14 +257,13 @@ func (f *faults) waiterCrash(t *testing.T, c *results.Cell) {
 		}
 	}
 	var served []time.Duration
-	for i := range f.trials {
-		c.Trials++
+	for i := range r.trials() {
 		k := key(t, fmt.Sprintf("waiter-crash%d", i))
 		la, err := a.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatalf("trial %d: the holder: %v", i, err)
 		}
-		ch := startWaiter(t, url, k, ttl, "crashing-waiter")
+		ch := startWaiter(t, r.rec, url, k, ttl, "crashing-waiter")
 		queued(k, 1)
 		got := make(chan error, 1)
 		go func() {
@@ -294,18 +275,24 @@ func (f *faults) waiterCrash(t *testing.T, c *results.Cell) {
 		}()
 		queued(k, 2)
 		ch.signal(syscall.SIGKILL)
-		killed := time.Now()
+		killed := mono()
 		if err := la.Release(ctxFor(t, 10*time.Second)); err != nil {
 			t.Fatalf("trial %d: the holder's Release: %v", i, err)
 		}
-		if err := <-got; err != nil {
-			c.Violation("trial %d: the waiter behind a crashed waiter was not served within %v (waiter TTL %v, session timeout %v): %v",
-				i, f.freeBound(ttl), ttl, f.caps.SessionTimeout, err)
-			continue
+		if err := <-got; err == nil {
+			served = append(served, time.Duration(mono()-killed))
 		}
-		served = append(served, time.Since(killed))
+		r.judge(claims{exclusion: true,
+			liveness: []liveness{{key: k, not: "crashing-waiter", after: killed, within: f.freeBound(ttl),
+				what: fmt.Sprintf("the waiter behind a crashed waiter was not served (waiter TTL %v, session timeout %v)", ttl, f.caps.SessionTimeout)}},
+			exercised: func(v *view) (bool, string) {
+				if len(v.grants(k)) > 0 && v.grants(k)[0].client == "crashing-waiter" {
+					return false, "the crashing waiter was granted before it was killed"
+				}
+				return true, ""
+			}})
 	}
 	if len(served) > 0 {
-		c.Note("the waiter behind the crashed one was served %v after the SIGKILL (waiter TTL %v, session timeout %v)", served, ttl, f.caps.SessionTimeout)
+		r.c.Note("the waiter behind the crashed one was served %v after the SIGKILL (waiter TTL %v, session timeout %v)", roundAll(served), ttl, f.caps.SessionTimeout)
 	}
 }

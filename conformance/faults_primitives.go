@@ -27,7 +27,7 @@ func semaphoreFaults(f *faults) []run {
 	}
 	p := &subject{f: f, trialsOf: halfTrials(f), fam: semaphoreFamily, kind: "semaphore:1", bound: spec.SemaphoreBound, returns: spec.SemaphorePermitReturns,
 		gaugeMax: semLimit, contend: func(t testing.TB, l dlock.Locker, k string, _, _ int) (handle, bool) {
-			return newSemaphore(t, l, k, semLimit), false
+			return semHandle(t, l, k, semLimit), false
 		}}
 	return p.runs(spec.SemaphoreScenarios)
 }
@@ -38,21 +38,29 @@ func rwFaults(f *faults) []run {
 	}
 	p := &subject{f: f, trialsOf: halfTrials(f), fam: rwFamily, kind: "exclusive", bound: spec.RWExclusion, returns: spec.RWLeaseReturns,
 		contend: func(t testing.TB, l dlock.Locker, k string, c, r int) (handle, bool) {
-			m := newRWMutex(t, l, k)
-			if (c+r)%3 == 0 {
-				return m, true
-			}
-			return shared{m}, false
+			exclusive := (c+r)%3 == 0
+			return rwHandle(t, l, k, exclusive), exclusive
 		}}
 	return p.runs(spec.RWLockScenarios)
 }
 
-// halfTrials gives a primitive's scenario half the trials of the mutex's (rounded
-// up: 2 of the default 3), to keep the campaign's time in bounds — the store under
-// the fault is the same — or more where the declaration asks.
+// halfTrials gives a primitive's scenario half the trials of the mutex's in a
+// quick run (rounded up: 2 of the default 3), to keep its time in bounds — the store
+// under the fault is the same — and as many as the mutex's in a full campaign (20
+// or more trials asked: every cell of the committed report has them), or more where
+// the declaration asks.
 func halfTrials(f *faults) func(spec.Scenario) int {
-	return func(base spec.Scenario) int { return max((defaultTrials()+1)/2, f.caps.FaultTrials[base]) }
+	return func(base spec.Scenario) int {
+		n := defaultTrials()
+		if n < fullCampaign {
+			n = (n + 1) / 2
+		}
+		return max(n, f.caps.FaultTrials[base])
+	}
 }
+
+// fullCampaign is the number of trials from which a run counts as the full campaign.
+const fullCampaign = 20
 
 // childAcquire takes what a holder child was asked to hold: the mutex (kind ""),
 // one permit of a semaphore ("semaphore:<limit>"), a read-write lock's "shared"

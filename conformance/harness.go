@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/spec"
 )
 
@@ -119,4 +120,28 @@ type Diagnoser interface {
 // reason in the skip message and in the cell's evidence.
 type FaultLimiter interface {
 	UnavailableFaults() map[spec.Scenario]string
+}
+
+// FenceGuarder is implemented by a harness that offers fencing guards (package
+// fence) to stand in front of the protected resource. In the scenarios where a
+// fenced resource decides — HolderPauseFenced, and FailoverFencing's
+// FailoverFencedWrite (the token handed out twice) — every write the holders make
+// goes to each guard too, as a Check of the trial's key with the holder's token and
+// name (its writer), and each guard's decisions, recorded in the trial's history
+// (Event.Resource), make a cell of their own: the backend's name with the guard's
+// ("redis (guard redisfence)"), checked against docs/fencing.md's rule like the
+// suite's resource, and expected to hold where the scenario is. The guards see
+// the same trials as the suite's resource: they cost no trial of their own.
+type FenceGuarder interface {
+	// FenceGuards returns the guards for the scenario running in t (their stores
+	// ready; cleanups on t). A guard that cannot decide (its store fails) leaves
+	// its cell not exercised, which fails the test.
+	FenceGuards(t testing.TB) []FenceGuard
+}
+
+// FenceGuard is one guard a FenceGuarder offers.
+type FenceGuard struct {
+	// Name names the guard (and its store) in the cell: "sqlfence on MariaDB".
+	Name  string
+	Guard fence.Guard
 }

@@ -85,7 +85,7 @@ func (s *suite) multiKeyExclusion(t *testing.T, v *verdict, p *spec.Primitive) {
 				var err error
 				if c < setClients {
 					held = randomSet(r, ks, 2, 3)
-					ls, err = dlock.AcquireAll(ctx, l, held, dlock.WithTTL(30*time.Second))
+					ls, err = acquireAll(ctx, l, held, dlock.WithTTL(30*time.Second))
 				} else {
 					held = randomSet(r, ks, 1, 1)
 					ls, err = l.Acquire(ctx, held[0], dlock.WithTTL(30*time.Second))
@@ -97,7 +97,7 @@ func (s *suite) multiKeyExclusion(t *testing.T, v *verdict, p *spec.Primitive) {
 				}
 				for _, k := range held {
 					tok := ls.Token()
-					if sl, ok := ls.(*dlock.SetLease); ok {
+					if sl, ok := unwrapLease(ls).(*dlock.SetLease); ok {
 						tok = sl.TokenOf(k)
 					}
 					enter(holder, k, tok)
@@ -156,14 +156,14 @@ func (s *suite) multiKeyAllOrNothing(t *testing.T, v *verdict) {
 	// behind frees soon.
 	short := dlock.WithTTL(2 * s.unit)
 	la := mustAcquire(t, a, ks[1], dlock.WithTTL(30*time.Second))
-	if ls, err := dlock.TryAcquireAll(ctxFor(t, 10*time.Second), b, ks, short); !errors.Is(err, dlock.ErrNotAcquired) {
+	if ls, err := tryAcquireAll(ctxFor(t, 10*time.Second), b, ks, short); !errors.Is(err, dlock.ErrNotAcquired) {
 		v.violated("TryAcquireAll with %q held: want ErrNotAcquired, got %v", ks[1], err)
 		if err == nil {
 			release(t, ls)
 		}
 	}
 	expectFree(t, v, c, others, "after a failed TryAcquireAll")
-	_, err := dlock.AcquireAll(ctxFor(t, 300*time.Millisecond), b, ks, short)
+	_, err := acquireAll(ctxFor(t, 300*time.Millisecond), b, ks, short)
 	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		v.violated("AcquireAll with %q held and a 300ms ctx: want ErrNotAcquired joined with DeadlineExceeded, got %v", ks[1], err)
 	}
@@ -173,7 +173,7 @@ func (s *suite) multiKeyAllOrNothing(t *testing.T, v *verdict) {
 	got := make(chan dlock.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
-		ls, err := dlock.AcquireAll(ctxFor(t, time.Minute), b, ks, dlock.WithTTL(30*time.Second))
+		ls, err := acquireAll(ctxFor(t, time.Minute), b, ks, dlock.WithTTL(30*time.Second))
 		if err != nil {
 			errc <- err
 			return
@@ -206,11 +206,11 @@ func (s *suite) multiKeyAllOrNothing(t *testing.T, v *verdict) {
 		if s.caps.Refresh {
 			opts = append(opts, dlock.WithAutoRenew())
 		}
-		set, err := dlock.TryAcquireAll(ctxFor(t, 10*time.Second), b, ks, opts...)
+		set, err := tryAcquireAll(ctxFor(t, 10*time.Second), b, ks, opts...)
 		if err != nil {
 			t.Fatalf("TryAcquireAll of free keys: %v", err)
 		}
-		d.DeleteKey(t, ks[1])
+		s.cr.rec.fault("key deleted behind its holder", func() { d.DeleteKey(t, ks[1]) })
 		if _, ok := waitDone(t, set, 2*ttl+5*time.Second); !ok || !errors.Is(set.Err(), dlock.ErrLost) {
 			v.violated("a set lease one of whose keys was deleted: want Done closed with ErrLost, got %v", set.Err())
 		}
@@ -243,9 +243,9 @@ func (s *suite) multiKeyDeadlockFreedom(t *testing.T, v *verdict) {
 				var ls dlock.Lease
 				var err error
 				if c%3 == 2 { // some only try
-					ls, err = dlock.TryAcquireAll(ctx, l, set, dlock.WithTTL(30*time.Second))
+					ls, err = tryAcquireAll(ctx, l, set, dlock.WithTTL(30*time.Second))
 				} else {
-					ls, err = dlock.AcquireAll(ctx, l, set, dlock.WithTTL(30*time.Second))
+					ls, err = acquireAll(ctx, l, set, dlock.WithTTL(30*time.Second))
 				}
 				cancel()
 				switch {

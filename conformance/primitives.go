@@ -192,6 +192,8 @@ func (s *suite) primDoneAndErr(f family) func(*testing.T, *verdict) {
 			}
 			if _, ok := waitDone(t, ls, ttl+5*time.Second); !ok || !errors.Is(ls.Err(), dlock.ErrExpired) {
 				v.violated("a lease past its ttl %v: want Done closed with ErrExpired, got %v", ttl, ls.Err())
+			} else {
+				wantCause(t, v, "a lease past its ttl", ls, dlock.CauseExpired)
 			}
 		}
 		if vanisher, ok := s.h.(Vanisher); ok && !s.caps.PerLeaseTTL {
@@ -200,9 +202,13 @@ func (s *suite) primDoneAndErr(f family) func(*testing.T, *verdict) {
 			if err != nil {
 				t.Fatalf("TryAcquire on a free %s: %v", f.name, err)
 			}
-			vanisher.Vanish(t, lost)
+			s.cr.rec.fault("client vanished (cut off, as a crashed host)", func() { vanisher.Vanish(t, harnessClient(lost)) })
 			if _, ok := waitDone(t, ls, s.caps.SessionTimeout+10*time.Second); !ok || !errors.Is(ls.Err(), dlock.ErrLost) {
 				v.violated("a lease whose client vanished (session timeout %v): want Done closed with ErrLost, got %v", s.caps.SessionTimeout, ls.Err())
+			} else {
+				// Cut off, the client gives the lock up itself (unreachable), or
+				// hears that its session ended (a client library that says so).
+				wantCause(t, v, "a lease whose client vanished", ls, dlock.CauseUnreachable, dlock.CauseSession)
 			}
 		}
 	}
@@ -278,7 +284,7 @@ func (s *suite) primReturns(f family) func(*testing.T, *verdict) {
 			t.Fatalf("filling a free %s: %v", f.name, err)
 		}
 		if canVanish {
-			vanisher.Vanish(t, a)
+			s.cr.rec.fault("client vanished (cut off, as a crashed host)", func() { vanisher.Vanish(t, harnessClient(a)) })
 		} // else: the leases are abandoned, neither refreshed nor released
 		bound := ttl
 		if !s.caps.PerLeaseTTL {
@@ -324,7 +330,8 @@ func (s *suite) primReturns(f family) func(*testing.T, *verdict) {
 // holder not alone or a shared one beside an exclusive one (a read-write lock) —
 // and the most holders it saw inside at once. Safe for concurrent use.
 type gauge struct {
-	limit int // a semaphore's limit; 0 for a read-write lock
+	limit int       // a semaphore's limit; 0 for a read-write lock
+	rec   *recorder // nil, or the suite's: entries and leaves go into its histories
 
 	mu         sync.Mutex
 	inside     map[string]bool // holder → exclusive
@@ -334,9 +341,23 @@ type gauge struct {
 
 func newGauge(limit int) *gauge { return &gauge{limit: limit, inside: map[string]bool{}} }
 
+// newRecordedGauge is a gauge whose entries and leaves go into rec's histories.
+func newRecordedGauge(limit int, rec *recorder) *gauge {
+	g := newGauge(limit)
+	g.rec = rec
+	return g
+}
+
 func (g *gauge) enter(holder string, exclusive bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.rec != nil {
+		kind := "shared"
+		if exclusive || g.limit > 0 {
+			kind = "exclusive"
+		}
+		g.rec.hist().add(Event{Client: holder, Op: OpEnter, Phase: OK, Kind: kind, Limit: g.limit})
+	}
 	switch {
 	case g.limit > 0 && len(g.inside) >= g.limit:
 		g.violations = append(g.violations, fmt.Sprintf("%s entered while %d holders were inside (limit %d): %v", holder, len(g.inside), g.limit, keys(g.inside)))
@@ -356,6 +377,9 @@ func (g *gauge) enter(holder string, exclusive bool) {
 func (g *gauge) leave(holder string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.rec != nil {
+		g.rec.hist().add(Event{Client: holder, Op: OpLeave})
+	}
 	delete(g.inside, holder)
 }
 

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -93,19 +95,27 @@ type suite struct {
 	unit    time.Duration // the shortest TTL the suite uses
 	backend string
 	report  *results.File
+	cr      *cellRun // the property running: its clients record into it
 }
 
-// verdict collects violations of the property under test. Anything else that goes
-// wrong (a server error, a setup step failing) fails the subtest directly.
+// verdict collects what a property's check saw go wrong, into the trial's history
+// (as failed expectations, which the checker counts) and into a list the check
+// may consult. Anything else that goes wrong (a server error, a setup step failing)
+// fails the subtest directly.
 type verdict struct {
+	rec        *recorder
 	mu         sync.Mutex
 	violations []string
 }
 
 func (v *verdict) violated(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if v.rec != nil {
+		v.rec.expect(false, "%s", msg)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.violations = append(v.violations, fmt.Sprintf(format, args...))
+	v.violations = append(v.violations, msg)
 }
 
 func (v *verdict) list() []string {
@@ -114,59 +124,130 @@ func (v *verdict) list() []string {
 	return append([]string(nil), v.violations...)
 }
 
+// property runs check as the trials of p's cell: each trial records a history,
+// which the checker decides against what p claims (claimsOf) and the violations
+// check saw.
 func (s *suite) property(t *testing.T, p spec.Property, check func(*testing.T, *verdict)) {
 	t.Run(string(p), func(t *testing.T) {
-		v := &verdict{}
-		var evidence []string
+		weak := s.weak(p)
+		sometimes := slices.Contains(s.caps.SometimesWeak, p)
+		c := results.Cell{Backend: s.backend, Scenario: "Conformance", Property: string(p), Expected: spec.Held}
+		if weak {
+			c.Expected = spec.Violated
+		}
+		r := newCellRun(t, &c, propertyTrials(p))
+		s.cr = r
 		defer func() {
-			c := propertyCell(s.backend, p, s.weak(p), t, evidence)
-			if slices.Contains(s.caps.SometimesWeak, p) && c.Status != "failed" && c.Status != spec.NotApplicable {
-				c.Expected = spec.Sometimes
-				if c.Status = spec.Held; len(evidence) > 0 {
-					c.Status, c.Violations = spec.Violated, 1
+			switch {
+			case t.Skipped():
+				c.Status, c.Expected = spec.NotApplicable, spec.NotApplicable
+			case t.Failed():
+				c.Status = "failed"
+				c.Note("the subtest failed: see the test log")
+			default:
+				c.Status = cellStatus(&c)
+				if sometimes {
+					c.Expected = spec.Sometimes
 				}
 			}
 			s.report.Add(c)
 		}()
-		check(t, v)
-		if t.Skipped() || t.Failed() {
-			return
-		}
-		seen := v.list()
-		weak := s.weak(p)
-		if weak {
-			if r, ok := s.h.(WeaknessReproducer); ok {
-				if ev, handled := r.ReproduceWeakness(t, p); handled {
-					// The weakness needs the harness's fault: without it the property holds.
-					if len(seen) > 0 {
-						t.Errorf("%s violated without the fault that the declared weakness needs:\n  %s", p, strings.Join(seen, "\n  "))
-						return
+		for range r.trials() {
+			v := &verdict{rec: r.rec}
+			check(t, v)
+			if t.Skipped() || t.Failed() {
+				return
+			}
+			if weak {
+				if rep, ok := s.h.(WeaknessReproducer); ok {
+					seen := v.list()
+					if ev, handled := rep.ReproduceWeakness(t, p); handled {
+						// The weakness needs the harness's fault: without it the property holds.
+						if len(seen) > 0 {
+							t.Errorf("%s violated without the fault that the declared weakness needs:\n  %s", p, strings.Join(seen, "\n  "))
+							return
+						}
+						r.rec.note("the harness injected the fault this weakness needs")
+						for _, e := range ev {
+							r.rec.expect(false, "%s", e)
+						}
 					}
-					seen = ev
 				}
+			}
+			r.judge(s.claimsOf(p))
+			if weak && !sometimes && c.Violations > 0 {
+				break // a weakness shown once is shown
 			}
 		}
 		switch {
-		case slices.Contains(s.caps.SometimesWeak, p):
-			evidence = seen
-			if len(seen) > 0 {
-				t.Logf("declared timing-dependent weakness reproduced this run (%d violations), e.g.: %s", len(seen), seen[0])
-			} else {
-				t.Logf("declared timing-dependent weakness: not seen this run")
-			}
-		case weak && len(seen) == 0:
-			t.Errorf("%s is declared a weakness of this backend, but the violation did not reproduce: "+
-				"the backend or its documentation changed", p)
+		case sometimes:
+			t.Logf("declared timing-dependent weakness: violated in %d of %d trials", c.Violations, c.Trials)
+		case weak && c.Violations == 0:
+			t.Errorf("%s is declared a weakness of this backend, but the violation did not reproduce in %d trials: "+
+				"the backend or its documentation changed", p, c.Trials)
 		case weak:
-			evidence = seen
-			t.Logf("declared weakness reproduced (%d violations), e.g.: %s", len(seen), seen[0])
-		case len(seen) > 0:
-			t.Errorf("%s violated:\n  %s", p, strings.Join(seen, "\n  "))
+			t.Logf("declared weakness reproduced: %v", c.Evidence)
+		case c.Violations > 0:
+			t.Errorf("%s violated in %d of %d trials:\n  %s", p, c.Violations, c.Trials, strings.Join(c.Evidence, "\n  "))
+		case c.Exercised == 0:
+			t.Errorf("%s: none of %d trials exercised it: %v", p, c.Trials, c.Evidence)
 		}
 	})
 }
 
-// client returns a new client that is closed when t ends.
+// timingTrials lists the properties whose outcome may depend on timing: they run
+// propertyTrials() trials, the others one.
+var timingTrials = []spec.Property{spec.SimultaneousTry, spec.Cancellation, spec.FIFO, spec.NoGoroutineLeaks}
+
+// propertyTrials is how many trials a property gets: $DLOCK_PROPERTY_TRIALS (default
+// 1) for the timing-dependent ones, one for the others.
+func propertyTrials(p spec.Property) int {
+	if !slices.Contains(timingTrials, p) {
+		return 1
+	}
+	if n, err := strconv.Atoi(os.Getenv("DLOCK_PROPERTY_TRIALS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// injectsFaults lists the properties whose checks take a lock away behind its
+// holder's back with the harness (KeyDeleter, Vanisher): their trials claim no
+// exclusion — whether a cut-off holder learns of its loss before another client is
+// granted is the fault scenarios' to judge (Partition), and a deleted key is the
+// check's own doing.
+var injectsFaults = []spec.Property{spec.OwnerOnlyRelease, spec.DeadlockFreedom, spec.DoneAndErr,
+	spec.SemaphorePermitReturns, spec.SemaphoreDoneAndErr, spec.RWLeaseReturns, spec.RWDoneAndErr,
+	spec.ElectionFailover, spec.MultiKeyAllOrNothing}
+
+// claimsOf is what a property's trial claims beyond the check's own expectations:
+// exclusion, except where the check injects a fault (injectsFaults), and fencing
+// where the backend fences.
+func (s *suite) claimsOf(p spec.Property) claims {
+	switch {
+	case p == spec.NoGoroutineLeaks:
+		return claims{}
+	case slices.Contains(injectsFaults, p):
+		return claims{exercised: askedTheStore}
+	case p == spec.FencingMonotonic:
+		return claims{exclusion: true, fencing: s.caps.Fencing, zeroTokens: !s.caps.Fencing, exercised: askedTheStore}
+	}
+	return claims{exclusion: true, exercised: askedTheStore}
+}
+
+// askedTheStore is the least a property's trial must have done to count: ask the
+// backend for a lock (or a primitive's lease).
+func askedTheStore(v *view) (bool, string) {
+	for _, e := range v.events {
+		if (e.Op == OpAcquire || e.Op == OpTry) && e.Phase == Call {
+			return true, ""
+		}
+	}
+	return false, "no client asked the backend for anything"
+}
+
+// client returns a new client that is closed when t ends, recorded in the running
+// property's histories.
 func (s *suite) client(t testing.TB) dlock.Locker {
 	t.Helper()
 	l := s.h.NewLocker(t)
@@ -175,7 +256,10 @@ func (s *suite) client(t testing.TB) dlock.Locker {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return l
+	if s.cr == nil {
+		return l
+	}
+	return s.cr.rec.locker(l, s.cr.rec.name("client"))
 }
 
 // key returns a key no other test uses.
@@ -230,29 +314,6 @@ func waitDone(t testing.TB, ls dlock.Lease, within time.Duration) (time.Time, bo
 // sleepUntil sleeps until the moment at; the suite measures time-based properties, so
 // here the passing of time is the subject, not a stand-in for a signal.
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
-
-// propertyCell records one property's outcome in a conformance run.
-func propertyCell(backend string, p spec.Property, weak bool, t *testing.T, evidence []string) results.Cell {
-	c := results.Cell{Backend: backend, Scenario: "Conformance", Property: string(p), Trials: 1, Expected: spec.Held}
-	if weak {
-		c.Expected = spec.Violated
-	}
-	switch {
-	case t.Skipped():
-		c.Status, c.Expected = spec.NotApplicable, spec.NotApplicable
-	case t.Failed():
-		c.Status = "failed"
-		c.Note("the subtest failed: see the test log")
-	case weak:
-		c.Status, c.Violations = spec.Violated, 1
-	default:
-		c.Status = spec.Held
-	}
-	for _, e := range evidence {
-		c.Note("%s", e)
-	}
-	return c
-}
 
 // serverFrames mark the goroutines of a server that runs inside the test process (an
 // embedded etcd member and its gRPC server side): they serve clients, they are not

@@ -12,17 +12,17 @@ import (
 	"github.com/dlock-go/dlock/spec"
 )
 
-func newRWMutex(t testing.TB, l dlock.Locker, k string) *dlock.RWMutex {
+func newRWMutex(t testing.TB, l dlock.Locker, k string) *recRWMutex {
 	t.Helper()
 	m, err := dlock.NewRWMutex(l, k)
 	if err != nil {
 		t.Fatalf("NewRWMutex(%q) on a backend that declares read-write locks: %v", k, err)
 	}
-	return m
+	return &recRWMutex{m, recorded(l, m, Event{Key: k, Kind: "exclusive"}), recorded(l, sharedSide{m}, Event{Key: k, Kind: "shared"})}
 }
 
 // shared is the shared side of a read-write lock as a handle.
-type shared struct{ m *dlock.RWMutex }
+type shared struct{ m *recRWMutex }
 
 func (h shared) Acquire(ctx context.Context, opts ...dlock.Option) (dlock.Lease, error) {
 	return h.m.AcquireShared(ctx, opts...)
@@ -32,12 +32,22 @@ func (h shared) TryAcquire(ctx context.Context, opts ...dlock.Option) (dlock.Lea
 	return h.m.TryAcquireShared(ctx, opts...)
 }
 
+// rwHandle is a read-write lock of l as a (recorded) handle: its exclusive side, or
+// its shared one.
+func rwHandle(t testing.TB, l dlock.Locker, k string, exclusive bool) handle {
+	m := newRWMutex(t, l, k)
+	if exclusive {
+		return m
+	}
+	return shared{m}
+}
+
 // rwFamily: a contender asks for a shared lease; filling takes the exclusive one.
 var rwFamily = family{
 	name:      "read-write lock",
-	contender: func(t testing.TB, l dlock.Locker, k string) handle { return shared{newRWMutex(t, l, k)} },
+	contender: func(t testing.TB, l dlock.Locker, k string) handle { return rwHandle(t, l, k, false) },
 	fill: func(t testing.TB, l dlock.Locker, k string, opts ...dlock.Option) ([]dlock.Lease, error) {
-		return tryAll(t, []handle{newRWMutex(t, l, k)}, opts...)
+		return tryAll(t, []handle{rwHandle(t, l, k, true)}, opts...)
 	},
 }
 

@@ -47,25 +47,26 @@ func (p *subject) runs(list []spec.Scenario) []run {
 	_, clock := h.(ClockJumper)
 	_, nodeFaults := h.(NodeFaulter)
 	enabled := map[spec.Scenario]bool{spec.HolderCrash: url, spec.WaiterCrash: url, spec.HolderPause: url, spec.HolderPauseFenced: url, spec.ServerRestart: restart,
-		spec.Failover: fo, spec.FailoverFencing: fo, spec.Partition: part, spec.StoreHang: part, spec.QuorumLoss: nodes,
+		spec.Failover: fo, spec.FailoverFencing: fo, spec.FailoverFencedWrite: fo, spec.Partition: part, spec.StoreHang: part, spec.QuorumLoss: nodes,
 		spec.LeaderKill: leader, spec.LeaderKillLease: leader, spec.ClockJump: clock, spec.ClockJumpBareMajority: nodeFaults}
-	fns := map[spec.Scenario]func(*testing.T, *results.Cell){
+	fns := map[spec.Scenario]func(*testing.T, *cellRun){
 		spec.HolderCrash:       p.holderCrash,
-		spec.HolderPause:       func(t *testing.T, c *results.Cell) { p.holderPause(t, c, false) },
-		spec.HolderPauseFenced: func(t *testing.T, c *results.Cell) { p.holderPause(t, c, true) },
-		spec.ServerRestart: func(t *testing.T, c *results.Cell) {
-			p.heldThroughFault(t, c, func() { h.(ServerRestarter).RestartServers(t) })
+		spec.HolderPause:       func(t *testing.T, r *cellRun) { p.holderPause(t, r, false) },
+		spec.HolderPauseFenced: func(t *testing.T, r *cellRun) { p.holderPause(t, r, true) },
+		spec.ServerRestart: func(t *testing.T, r *cellRun) {
+			p.heldThroughFault(t, r, "server restart", func() { h.(ServerRestarter).RestartServers(t) })
 		},
 		spec.Failover:   p.failover,
 		spec.Partition:  p.partition,
 		spec.QuorumLoss: p.quorumLoss,
 		spec.LeaderKill: p.leaderKill,
-		spec.ClockJump: func(t *testing.T, c *results.Cell) {
-			p.heldThroughFault(t, c, func() { h.(ClockJumper).JumpClock(t, 2*time.Minute) })
+		spec.ClockJump: func(t *testing.T, r *cellRun) {
+			p.heldThroughFault(t, r, "clock jump", func() { h.(ClockJumper).JumpClock(t, 2*time.Minute) })
 		},
 		// The mutex's alone (faults_mutex.go): no primitive mirrors them.
 		spec.WaiterCrash:           p.f.waiterCrash,
 		spec.FailoverFencing:       p.f.failoverFencing,
+		spec.FailoverFencedWrite:   p.f.failoverFencedWrite,
 		spec.StoreHang:             p.f.storeHang,
 		spec.LeaderKillLease:       p.f.leaderKillLease,
 		spec.ClockJumpBareMajority: p.f.clockJumpBareMajority,
@@ -74,11 +75,10 @@ func (p *subject) runs(list []spec.Scenario) []run {
 	for _, s := range list {
 		base := spec.MutexScenarioOf(s)
 		fn := fns[base]
-		out = append(out, run{s, enabled[base], func(t *testing.T, c *results.Cell) {
-			c.Expected = p.f.caps.Expect(base)
-			c.Property = string(p.bound)
-			p.f.trials = p.trialsOf(base)
-			fn(t, c)
+		out = append(out, run{s, enabled[base], p.trialsOf(base), func(t *testing.T, r *cellRun) {
+			r.c.Expected = p.f.caps.Expect(base)
+			r.c.Property = string(p.bound)
+			fn(t, r)
 		}})
 	}
 	return out
@@ -118,232 +118,306 @@ func (p *subject) contender(t testing.TB, l dlock.Locker, k string) handle {
 	case "":
 		return keyed{l, k}
 	case "exclusive":
-		return newRWMutex(t, l, k)
+		return rwHandle(t, l, k, true)
 	case "election":
 		return newCandidate(t, l, k)
 	}
-	return newSemaphore(t, l, k, 1)
+	return semHandle(t, l, k, 1)
+}
+
+// exclusion is what most scenarios claim: no two clients believed they held
+// the primitive beyond what it allows at any moment of the trial.
+func (p *subject) exclusion() claims { return claims{exclusion: true} }
+
+// heldAtFault is the condition of a scenario whose fault must strike while the
+// first holder's leases live: some lease of key was held when the fault whose
+// name starts with what began.
+func heldAtFault(key, what string) func(v *view) (bool, string) {
+	return func(v *view) (bool, string) {
+		f, ok := v.faultNamed(what)
+		if !ok {
+			return false, "the fault (" + what + ") was not injected"
+		}
+		if !v.heldAt(key, "", f.start) {
+			return false, fmt.Sprintf("no lease of the key was held when the fault (%s) began at %s", what, v.at(f.start))
+		}
+		return true, ""
+	}
 }
 
 // holderCrash: the child holding the primitive gets SIGKILL; its lease comes back
-// after its TTL (or session), not before.
-func (p *subject) holderCrash(t *testing.T, c *results.Cell) {
+// after its TTL (or session), not before: the checker counts the dead holder as
+// holding until its validity would have ended (a dead process is, to the others, a
+// paused one), and demands a grant within the bound after the kill.
+func (p *subject) holderCrash(t *testing.T, r *cellRun) {
 	f := p.f
-	c.Property = string(p.returns)
+	r.c.Property = string(p.returns)
 	url := f.h.(URLer).URL(t)
 	b := f.client(t)
 	ttl := f.leaseTTL()
 	var freed []time.Duration
-	for i := range f.trials {
+	for i := range r.trials() {
 		k := key(t, fmt.Sprintf("prim-crash%d", i))
 		h := p.contender(t, b, k)
-		ch := startHolderOf(t, p.kind, url, k, ttl, "", "child")
+		ch := startHolderOf(t, r.rec, p.kind, url, k, ttl, "", "child")
 		ch.signal(syscall.SIGKILL)
-		killed := time.Now()
-		c.Trials++
+		killed := mono()
+		cl := claims{exclusion: true, exercised: heldAtFault(k, "SIGKILL child"),
+			liveness: []liveness{{key: k, not: "child", after: killed, within: f.freeBound(ttl), what: "the dead holder's lease was not freed"}}}
 		if f.caps.PerLeaseTTL {
+			cl.heldUntil = map[string]int64{"child": ch.call + int64(ttl-tolerance)}
 			if ls, err := h.TryAcquire(ctxFor(t, 10*time.Second)); err == nil {
-				at := time.Since(ch.start)
 				_ = ls.Release(ctxFor(t, 10*time.Second))
-				if at < ttl-tolerance {
-					c.Violation("trial %d: granted right after the holder's death, %v into its %v TTL", i, at, ttl)
-					continue
-				}
 			}
 		}
-		ls, err := h.Acquire(ctxFor(t, f.freeBound(ttl)))
-		if err != nil {
-			c.Violation("trial %d: the dead holder's lease was not freed within %v: %v", i, f.freeBound(ttl), err)
-			continue
+		if ls, err := h.Acquire(ctxFor(t, f.freeBound(ttl))); err == nil {
+			freed = append(freed, time.Duration(mono()-killed))
+			_ = ls.Release(ctxFor(t, 10*time.Second))
 		}
-		if granted := time.Now(); f.caps.PerLeaseTTL && granted.Sub(ch.start) < ttl-tolerance {
-			c.Violation("trial %d: granted %v after the dead holder began to acquire, before its %v TTL", i, granted.Sub(ch.start), ttl)
-		}
-		freed = append(freed, time.Since(killed))
-		_ = ls.Release(ctxFor(t, 10*time.Second))
+		r.judge(cl)
 	}
 	if len(freed) > 0 {
-		c.Note("lease freed %v after SIGKILL (ttl %v, session timeout %v)", freed, ttl, f.caps.SessionTimeout)
+		r.c.Note("lease freed %v after SIGKILL (ttl %v, session timeout %v)", roundAll(freed), ttl, f.caps.SessionTimeout)
 	}
+}
+
+// cutOff is the cause a lease of client, cut off from its store, must end with if
+// it is lost: its renewals went unanswered until its deadline, or its client gave
+// up a session it could no longer confirm (dlock.CauseUnreachable) — or, for a
+// session lease, a client library said its session ended (CauseSession: a peer's
+// library may call it so; dlock's own backends say unreachable).
+func (f *faults) cutOff(client, what string) causes {
+	want := []dlock.Cause{dlock.CauseUnreachable}
+	if !f.caps.PerLeaseTTL {
+		want = append(want, dlock.CauseSession)
+	}
+	return causes{client: client, want: causeNames(want...), what: what}
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
 }
 
 // holderPause: the child is SIGSTOPped past its TTL; another client is granted
 // and enters the resource; the child resumes and writes (to a resource that
-// checks fencing tokens, with fenced).
-func (p *subject) holderPause(t *testing.T, c *results.Cell, fenced bool) {
+// checks fencing tokens, with fenced). The claim is the resource's: its critical
+// sections never overlapped (and, fenced, it followed the fencing rule). The trial
+// counts when the resumed holder's write reached the resource while the new
+// holder was inside. Fenced, the mutex's writes also go to the harness's fencing
+// guards (FenceGuarder), each judged in a cell of its own from the same trials.
+func (p *subject) holderPause(t *testing.T, r *cellRun, fenced bool) {
 	f := p.f
 	url := f.h.(URLer).URL(t)
 	b := f.client(t)
 	ttl := f.leaseTTL()
-	for i := range f.trials {
-		c.Trials++
-		res := NewResource(fenced)
+	var guards []guardRun
+	if fenced && p.kind == "" {
+		guards = f.guardRuns(t, r, spec.HolderPauseFenced, string(spec.MutualExclusion))
+		defer f.addGuardCells(t, guards)
+	}
+	judge := func(exercised func(res string) func(*view) (bool, string)) {
+		r.judge(claims{resource: true, recipe: fenced, exercised: exercised("")})
+		judgeGuards(r, guards, func(g string) claims {
+			return claims{resource: true, recipe: true, guard: g, exercised: exercised(g)}
+		})
+	}
+	for i := range r.trials() {
+		k := key(t, fmt.Sprintf("prim-pause%d", i))
+		res := newRecordedResource(fenced, r.rec)
+		if len(guards) > 0 {
+			res = newGuardedResource(r.rec, k, guards)
+		}
 		srv, err := newResourceServer(res)
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := key(t, fmt.Sprintf("prim-pause%d", i))
-		ch := startHolderOf(t, p.kind, url, k, ttl, srv.Addr(), "paused-holder")
+		ch := startHolderOf(t, r.rec, p.kind, url, k, ttl, srv.Addr(), "paused-holder")
 		ch.signal(syscall.SIGSTOP)
 		ls, err := p.contender(t, b, k).Acquire(ctxFor(t, f.freeBound(ttl)))
 		if err != nil {
 			ch.kill()
 			srv.Close()
-			f.keptLock(t, c, i, "paused", ttl, err)
-			return
+			judge(func(string) func(*view) (bool, string) {
+				return func(*view) (bool, string) {
+					return false, fmt.Sprintf("the store kept the paused holder's lock for %v: no second client was granted (%v)", f.freeBound(ttl), err)
+				}
+			})
+			if !f.caps.PerLeaseTTL {
+				break // a session store keeps it in every trial: waiting again shows nothing new
+			}
+			continue
 		}
 		res.Enter("new-holder", ls.Token())
 		ch.signal(syscall.SIGCONT)
 		ch.send("WRITE")
-		ans := ch.expect("WROTE", time.Minute)
+		ch.expect("WROTE", time.Minute)
 		res.Leave("new-holder")
 		_ = ls.Release(ctxFor(t, 10*time.Second))
 		ch.kill()
 		srv.Close()
-		if ans == "WROTE OK" && len(res.Overlaps()) > 0 {
-			c.Violation("trial %d: the resumed holder (token %d) wrote while the new holder (token %d) held the last lease", i, ch.token, ls.Token())
-		} else {
-			c.Note("trial %d: stale write of token %d refused (new token %d)", i, ch.token, ls.Token())
-		}
+		judge(lateWriteReached)
 	}
 }
 
-// primGrantWhileLive asks h for a lease (retrying while the backend is
-// unavailable, up to within) and reports whether it was granted while any of held
-// had not ended. It releases what it gets.
-func primGrantWhileLive(t testing.TB, h handle, held []dlock.Lease, within time.Duration) (granted, whileLive bool, unavailable time.Duration, err error) {
+// lateWriteReached is the condition of a HolderPause trial, on the resource named
+// res ("" the suite's own, or a guard's): the resumed holder's write reached it
+// while the new holder was inside.
+func lateWriteReached(res string) func(v *view) (bool, string) {
+	return guardDecided(res, func(v *view) (bool, string) {
+		inside := false
+		for _, e := range v.events {
+			if e.Resource != res || e.Phase == Call {
+				continue
+			}
+			switch {
+			case e.Op == OpEnter && e.Client == "new-holder" && e.Phase == OK:
+				inside = true
+			case e.Op == OpLeave && e.Client == "new-holder":
+				inside = false
+			case e.Op == OpEnter && e.Client == "paused-holder":
+				if inside {
+					return true, ""
+				}
+				return false, "the resumed holder's write did not reach the resource while the new holder was inside"
+			}
+		}
+		return false, "the resumed holder's write never reached the resource"
+	})
+}
+
+// grantWhileLive asks h for a lease, retrying while the backend is unavailable (up
+// to within), and releases what it gets: the history records whether it was granted
+// while the first holder's leases lived. It returns how long the backend was
+// unavailable and its last error, if it never answered.
+func grantWhileLive(t testing.TB, h handle, within time.Duration) (time.Duration, error) {
 	deadline := time.Now().Add(within)
 	start := time.Now()
 	for {
 		ls, err := h.TryAcquire(ctxFor(t, 5*time.Second), dlock.WithTTL(30*time.Second))
 		if err == nil {
-			live := false
-			for _, x := range held {
-				live = live || !isDone(x)
-			}
 			_ = ls.Release(ctxFor(t, 10*time.Second))
-			return true, live, 0, nil
+			return 0, nil
 		}
 		if errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
-			return false, false, 0, nil
+			return 0, nil
 		}
 		if time.Now().After(deadline) {
-			return false, false, time.Since(start), err
+			return time.Since(start), err
 		}
 		time.Sleep(100 * time.Millisecond) // the servers are coming back; poll them
 	}
 }
 
-// heldThroughFault fills the primitive from one client, injects the fault, and
-// checks that another client is not granted while the leases live.
-func (p *subject) heldThroughFault(t *testing.T, c *results.Cell, fault func()) {
+// heldThroughFault fills the primitive from one client, injects the fault (named
+// what), and lets another client ask: the checker decides whether it was granted
+// while the first holder's leases lived, and that a lease the fault ended names a
+// cause the backend's kind allows (storeFaultCauses).
+func (p *subject) heldThroughFault(t *testing.T, r *cellRun, what string, fault func()) {
 	f := p.f
 	a, b := f.client(t), f.client(t)
-	for i := range f.trials {
-		c.Trials++
+	for i := range r.trials() {
 		k := key(t, fmt.Sprintf("prim-fault%d", i))
 		held, err := p.fam.fill(t, a, k, dlock.WithTTL(30*time.Second))
 		if err != nil {
-			c.Note("trial %d: the first holder was not granted: %v", i, err)
-			fault()
-			continue
+			r.c.Note("trial %d: the first holder was not granted: %v", i, err)
 		}
-		fault()
-		p.judge(t, c, i, p.fam.contender(t, b, k), held)
-		releaseAll(t, held)
+		r.rec.fault(what, fault)
+		if err == nil {
+			p.ask(t, r, i, p.fam.contender(t, b, k))
+			releaseAll(t, held)
+		}
+		cl := p.exclusion()
+		cl.exercised = heldAtFault(k, what)
+		cl.causes = []causes{{client: "", want: f.storeFaultCauses(), what: "a lease lost to a fault of the store (" + what + ")"}}
+		r.judge(cl)
 	}
 }
 
-// judge records what primGrantWhileLive saw in trial i.
-func (p *subject) judge(t testing.TB, c *results.Cell, i int, h handle, held []dlock.Lease) {
-	granted, live, unavail, err := primGrantWhileLive(t, h, held, 30*time.Second)
-	switch {
-	case granted && live:
-		c.Violation("trial %d: a second client was granted while the first holder's leases were live", i)
-	case granted:
-		c.Note("trial %d: the first holder's leases ended before the second grant", i)
-	case err != nil:
-		c.Unavailable = max(c.Unavailable, unavail)
-		c.Note("trial %d: unavailable for %v: %v", i, unavail.Round(time.Millisecond), err)
+// storeFaultCauses are the causes a lease may be lost with when its store restarts
+// or its clock jumps, as dlock.Cause documents them for the backend's kind: a
+// session lease ends with its session (ended, its node deleted with it, or given up
+// while the client could not reach it); a lease with a TTL when a refresh or
+// release finds the lock gone, at its deadline, or when a watch sees its key go.
+// Neither kind may report a loss without a cause, nor a session backend a refusal
+// or an expiry, nor a TTL backend a session's end.
+func (f *faults) storeFaultCauses() []string {
+	if !f.caps.PerLeaseTTL {
+		return causeNames(dlock.CauseSession, dlock.CauseDeleted, dlock.CauseUnreachable)
+	}
+	return causeNames(dlock.CauseRefused, dlock.CauseExpired, dlock.CauseUnreachable, dlock.CauseDeleted)
+}
+
+// ask lets contender h ask for the key after a fault, noting how long the backend
+// was unavailable.
+func (p *subject) ask(t testing.TB, r *cellRun, i int, h handle) {
+	if unavail, err := grantWhileLive(t, h, 30*time.Second); err != nil {
+		r.c.Unavailable = max(r.c.Unavailable, unavail)
+		r.c.Note("trial %d: unavailable for %v: %v", i, unavail.Round(time.Millisecond), err)
 	}
 }
 
-func (p *subject) failover(t *testing.T, c *results.Cell) {
+func (p *subject) failover(t *testing.T, r *cellRun) {
 	f := p.f
 	fo := f.h.(Failoverer)
 	a, b := f.client(t), f.client(t)
-	for i := range f.trials {
-		c.Trials++
+	for i := range r.trials() {
 		k := key(t, fmt.Sprintf("prim-failover%d", i))
-		fo.PauseReplication(t)
+		r.rec.fault("replication paused", func() { fo.PauseReplication(t) })
 		held, err := p.fam.fill(t, a, k, dlock.WithTTL(30*time.Second))
-		fo.Failover(t)
+		r.rec.fault("failover", func() { fo.Failover(t) })
 		if err != nil {
-			c.Note("trial %d: the first holder was not granted before the failover: %v", i, err)
-			continue
+			r.c.Note("trial %d: the first holder was not granted before the failover: %v", i, err)
+		} else {
+			p.ask(t, r, i, p.fam.contender(t, b, k))
+			releaseAll(t, held)
 		}
-		p.judge(t, c, i, p.fam.contender(t, b, k), held)
-		releaseAll(t, held)
+		cl := p.exclusion()
+		cl.exercised = heldAtFault(k, "failover")
+		r.judge(cl)
 	}
 }
 
 // partition: the holder's link is blackholed; another client is granted only once
-// the cut-off holder's leases have ended.
-func (p *subject) partition(t *testing.T, c *results.Cell) {
+// the cut-off holder's leases have ended — each lost as unreachable.
+func (p *subject) partition(t *testing.T, r *cellRun) {
 	f := p.f
 	pt := f.h.(Partitioner)
 	b := f.client(t)
 	ttl := f.leaseTTL()
 	first := true
-	for i := range f.trials {
-		c.Trials++
+	for i := range r.trials() {
 		kept := func() bool {
 			a, link := pt.NewPartitionedLocker(t)
+			a = r.rec.locker(a, "cut-off")
 			defer a.Close()
 			defer link.Restore()
 			k := key(t, fmt.Sprintf("prim-partition%d", i))
-			held, err := p.fam.fill(t, a, k, dlock.WithTTL(ttl), dlock.WithAutoRenew())
-			if err != nil {
+			if _, err := p.fam.fill(t, a, k, dlock.WithTTL(ttl), dlock.WithAutoRenew()); err != nil {
 				t.Fatalf("trial %d: acquire before the partition: %v", i, err)
 			}
-			var mu sync.Mutex
-			var end time.Time // when the last of held ended
-			var watching sync.WaitGroup
-			stop := make(chan struct{})
-			defer close(stop) // a lease that never ends must not keep these goroutines
-			for _, h := range held {
-				watching.Go(func() {
-					select {
-					case <-h.Done():
-						mu.Lock()
-						if now := time.Now(); now.After(end) {
-							end = now
-						}
-						mu.Unlock()
-					case <-stop:
-					}
-				})
-			}
-			link.Blackhole()
+			r.rec.fault("partition of the holder", link.Blackhole)
 			ls, err := p.fam.contender(t, b, k).Acquire(ctxFor(t, f.freeBound(ttl)))
-			grantedAt := time.Now()
+			cl := p.exclusion()
+			cl.exercised = heldAtFault(k, "partition")
+			cl.causes = []causes{f.cutOff("cut-off", "a lease cut off from its store")}
 			if err != nil {
-				f.keptLock(t, c, i, "cut-off", ttl, err)
-				return true
-			}
-			defer func() { _ = ls.Release(ctxFor(t, 10*time.Second)) }()
-			for _, h := range held {
-				if !isDone(h) {
-					c.Violation("trial %d: granted to another client while a cut-off holder's lease (token %d) had not ended", i, h.Token())
-					return false
+				cl.exercised = func(*view) (bool, string) {
+					return false, fmt.Sprintf("the store kept the cut-off holder's lock for %v: no second client was granted (%v)", f.freeBound(ttl), err)
 				}
+				r.judge(cl)
+				return !f.caps.PerLeaseTTL // a session store keeps it in every trial
 			}
-			watching.Wait() // every lease has ended: each watcher has recorded when
-			mu.Lock()
-			margin := grantedAt.Sub(end)
-			mu.Unlock()
-			if first || margin < c.Margin {
-				c.Margin, first = margin, false
+			granted := mono()
+			_ = ls.Release(ctxFor(t, 10*time.Second))
+			o := r.judge(cl) // a cut-off lease still open now was live at the grant
+			if !o.violated() && o.exercised {
+				if m, ok := r.margin(k, "cut-off", granted); ok && (first || m < r.c.Margin) {
+					r.c.Margin, first = m, false
+				}
 			}
 			return false
 		}()
@@ -352,22 +426,21 @@ func (p *subject) partition(t *testing.T, c *results.Cell) {
 		}
 	}
 	if !first {
-		c.Note("the cut-off holder's leases ended at least %v before the next grant", c.Margin)
+		r.c.Note("the cut-off holder's leases ended at least %v before the next grant", r.c.Margin)
 	}
 }
 
-func (p *subject) quorumLoss(t *testing.T, c *results.Cell) {
+func (p *subject) quorumLoss(t *testing.T, r *cellRun) {
 	f := p.f
 	ns := f.h.(NodeStopper)
-	c.Property = "Availability"
+	r.c.Property = "Availability"
 	l := f.client(t)
 	n := ns.Nodes()
 	minority, majority := (n-1)/2, n/2+1
 	t.Cleanup(func() { ns.RestartNodes(t) })
 	retried := 0
-	for i := range f.trials {
-		c.Trials++
-		ns.StopNodes(t, minority)
+	for i := range r.trials() {
+		r.rec.fault(fmt.Sprintf("%d of %d nodes stopped", minority, n), func() { ns.StopNodes(t, minority) })
 		// A majority up must grant. Acquire does not retry ErrUnavailable (a caller
 		// does), and the first request to a node restarted by the trial before may
 		// pay a reconnection longer than a per-node timeout on a loaded machine: a
@@ -384,68 +457,69 @@ func (p *subject) quorumLoss(t *testing.T, c *results.Cell) {
 				retried++
 			}
 		}
-		if err != nil {
-			c.Violation("trial %d: %d of %d nodes down (a majority up): not granted in 3 attempts: %v", i, minority, n, err)
-		} else {
+		r.rec.expect(err == nil, "%d of %d nodes down (a majority up): not granted in 3 attempts: %v", minority, n, err)
+		if err == nil {
 			_ = ls.Release(ctxFor(t, 10*time.Second))
 		}
-		ns.StopNodes(t, majority)
+		r.rec.fault(fmt.Sprintf("%d of %d nodes stopped", majority, n), func() { ns.StopNodes(t, majority) })
 		_, err = p.fam.contender(t, l, key(t, fmt.Sprintf("prim-quorum-majority%d", i))).Acquire(ctxFor(t, 30*time.Second),
 			dlock.WithRetry(dlock.LimitRetry(dlock.ConstantBackoff(10*time.Millisecond), 2)))
 		switch {
 		case err == nil:
-			c.Violation("trial %d: %d of %d nodes down: granted without a quorum", i, majority, n)
+			r.rec.expect(false, "%d of %d nodes down: granted without a quorum", majority, n)
 		case !errors.Is(err, dlock.ErrUnavailable):
-			c.Violation("trial %d: %d of %d nodes down: want ErrUnavailable, got %v", i, majority, n, err)
+			r.rec.expect(false, "%d of %d nodes down: want ErrUnavailable, got %v", majority, n, err)
 		}
 		ns.RestartNodes(t)
+		r.judge(p.exclusion())
 	}
 	if retried > 0 {
-		c.Note("with a majority up, %d acquire(s) of %d trials answered ErrUnavailable and were asked again", retried, f.trials)
+		r.c.Note("with a majority up, %d acquire(s) of %d trials answered ErrUnavailable and were asked again", retried, r.c.Trials)
 	}
 }
 
 // leaderKill: clients contend for the primitive (the gauge watching the rule)
 // while the cluster's leader is killed; the service must resume, with the rule kept.
-func (p *subject) leaderKill(t *testing.T, c *results.Cell) {
+// The trial counts when grants came both before the kill and after it.
+func (p *subject) leaderKill(t *testing.T, r *cellRun) {
 	f := p.f
 	lk := f.h.(LeaderKiller)
 	const clients = 4
 	// The mutex's other fact of a leader kill: does a lease held across it survive?
-	var lease *results.Cell
+	var lease *cellRun
 	var holder dlock.Locker
 	if p.kind == "" {
-		lease = &results.Cell{Property: "LeaseKept"}
+		lc := results.Cell{Backend: r.c.Backend, Scenario: string(spec.LeaderKillLease), Property: "LeaseKept"}
+		lease = newCellRun(t, &lc, r.want)
+		lease.rec = r.rec // one trial, two facts: the same history
 		f.leaseFact = lease
 		holder = f.client(t)
 	}
-	for i := range f.trials {
-		c.Trials++
+	cls := make([]dlock.Locker, clients)
+	for j := range cls {
+		cls[j] = f.client(t)
+	}
+	for i := range r.trials() {
 		k := key(t, fmt.Sprintf("prim-leader%d", i))
 		var held dlock.Lease
+		heldKey := key(t, fmt.Sprintf("leader-held%d", i))
 		if lease != nil {
 			var err error
-			held, err = holder.Acquire(ctxFor(t, 30*time.Second), key(t, fmt.Sprintf("leader-held%d", i)), dlock.WithTTL(10*time.Second), dlock.WithAutoRenew())
+			held, err = holder.Acquire(ctxFor(t, 30*time.Second), heldKey, dlock.WithTTL(10*time.Second), dlock.WithAutoRenew())
 			if err != nil {
 				t.Fatalf("trial %d: acquire the lease held across the kill: %v", i, err)
 			}
 		}
-		g := newGauge(p.gaugeMax)
+		g := newRecordedGauge(p.gaugeMax, r.rec)
 		log := &grantLog{signal: make(chan struct{}, 1)}
-		var tokens struct {
-			sync.Mutex
-			last  uint64
-			stale []string
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		var wg sync.WaitGroup
-		for j := range clients {
-			l := f.client(t)
+		for j, l := range cls {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for r := 0; ctx.Err() == nil; r++ {
-					h, exclusive := p.contend(t, l, k, j, r)
+				for n := 0; ctx.Err() == nil; n++ {
+					h, exclusive := p.contend(t, l, k, j, n)
 					ls, err := h.Acquire(ctx, dlock.WithTTL(f.leaseTTL()))
 					if err != nil {
 						if ctx.Err() == nil {
@@ -453,15 +527,7 @@ func (p *subject) leaderKill(t *testing.T, c *results.Cell) {
 						}
 						continue
 					}
-					name := fmt.Sprintf("client%d/%d", j, r)
-					if p.tokens { // grants follow one another: so must tokens
-						tokens.Lock()
-						if ls.Token() <= tokens.last {
-							tokens.stale = append(tokens.stale, fmt.Sprintf("%s granted token %d after token %d", name, ls.Token(), tokens.last))
-						}
-						tokens.last = max(tokens.last, ls.Token())
-						tokens.Unlock()
-					}
+					name := fmt.Sprintf("client%d/%d", j, n)
 					g.enter(name, exclusive)
 					log.add(time.Now())
 					time.Sleep(time.Millisecond) // the critical section's work
@@ -477,39 +543,42 @@ func (p *subject) leaderKill(t *testing.T, c *results.Cell) {
 			wg.Wait()
 			t.Fatalf("trial %d: fewer than 20 grants in 30s before the leader kill", i)
 		}
-		lk.KillLeader(t)
-		killed := time.Now()
-		resumed, ok := log.waitFor(20, killed, 45*time.Second)
+		var killed int64
+		var killedAt time.Time
+		r.rec.fault("leader killed", func() { lk.KillLeader(t); killed, killedAt = mono(), time.Now() })
+		resumed, ok := log.waitFor(20, time.Now(), 45*time.Second)
 		cancel()
 		wg.Wait()
 		if !ok {
-			c.Status = spec.Unavailable
-			c.Note("trial %d: the service did not resume within 45s of the leader's death", i)
+			r.c.Status = spec.Unavailable
+			r.c.Note("trial %d: the service did not resume within 45s of the leader's death", i)
 			if d, isD := f.h.(Diagnoser); isD {
-				c.Note("trial %d: the store then: %s", i, d.Diagnose(t, k))
+				r.c.Note("trial %d: the store then: %s", i, d.Diagnose(t, k))
 			}
 		} else {
-			c.Unavailable = max(c.Unavailable, resumed.Sub(killed))
+			r.c.Unavailable = max(r.c.Unavailable, resumed.Sub(killedAt))
 		}
 		if lease != nil {
 			// Give a client that lost its connection with the leader the time it
 			// takes to conclude (a third of a session timeout, a renewal period).
 			time.Sleep(time.Second)
-			lease.Trials++
-			if err := held.Err(); err != nil {
-				lease.Violation("trial %d: the lease held across the leader kill ended: %v", i, err)
-			} else {
-				lease.Note("trial %d: the lease held across the leader kill was kept", i)
-			}
 			_ = held.Release(ctxFor(t, 10*time.Second))
+			lease.i, lease.cur = i, r.cur
+			lease.judge(claims{exercised: heldAtFault(heldKey, "leader killed"), kept: []string{heldKey}})
 		}
-		overs, _ := g.report()
-		for _, o := range overs {
-			c.Violation("trial %d: %s", i, o)
-		}
-		for _, s := range tokens.stale {
-			c.Violation("trial %d: fencing token did not increase across the leader change: %s", i, s)
-		}
+		cl := claims{exclusion: true, resource: true, fencing: p.tokens,
+			liveness: []liveness{{key: k, after: killed, within: 45 * time.Second, what: "the service did not resume after the leader's death"}},
+			exercised: func(v *view) (bool, string) {
+				before := false
+				for _, h := range v.grants(k) {
+					before = before || h.start < killed
+				}
+				if !before {
+					return false, "no grant before the leader kill"
+				}
+				return true, ""
+			}}
+		r.judge(cl)
 	}
-	c.Note("first grant after the leader kill came within %v", c.Unavailable.Round(time.Millisecond))
+	r.c.Note("first grant after the leader kill came within %v", r.c.Unavailable.Round(time.Millisecond))
 }

@@ -14,22 +14,27 @@ import (
 // semLimit is the limit of the semaphores the shared checks use.
 const semLimit = 2
 
-func newSemaphore(t testing.TB, l dlock.Locker, k string, limit int) *dlock.Semaphore {
+func newSemaphore(t testing.TB, l dlock.Locker, k string, limit int) *recSemaphore {
 	t.Helper()
 	sem, err := dlock.NewSemaphore(l, k, limit)
 	if err != nil {
 		t.Fatalf("NewSemaphore(%q, %d) on a backend that declares semaphores: %v", k, limit, err)
 	}
-	return sem
+	return &recSemaphore{sem, recorded(l, sem, Event{Key: k, Kind: "permit", Limit: limit})}
+}
+
+// semHandle is a semaphore of l as a (recorded) handle.
+func semHandle(t testing.TB, l dlock.Locker, k string, limit int) handle {
+	return newSemaphore(t, l, k, limit)
 }
 
 // semaphoreFamily: a contender asks for one permit of a limit-2 semaphore; filling
 // takes both.
 var semaphoreFamily = family{
 	name:      "semaphore",
-	contender: func(t testing.TB, l dlock.Locker, k string) handle { return newSemaphore(t, l, k, semLimit) },
+	contender: func(t testing.TB, l dlock.Locker, k string) handle { return semHandle(t, l, k, semLimit) },
 	fill: func(t testing.TB, l dlock.Locker, k string, opts ...dlock.Option) ([]dlock.Lease, error) {
-		sem := newSemaphore(t, l, k, semLimit)
+		sem := semHandle(t, l, k, semLimit)
 		return tryAll(t, []handle{sem, sem}, opts...)
 	},
 }
