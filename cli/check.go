@@ -53,7 +53,7 @@ backend's own test harness can inject (a crash between two commands, a skewed cl
 clock, a key deleted behind the holder's back, a cut connection); "dlock check" does not
 declare those, so there the property is checked as a guarantee and is printed with a note.
 The fault campaign (crashes, partitions, failovers) is not run here: see
-"dlock compare".
+"dlock-lab compare".
 
 First, the deployment check: dlock reads the servers' own configuration (Redis:
 persistence, maxmemory-policy, replicas and wait_replicas; ZooKeeper: the session
@@ -110,29 +110,29 @@ const (
 
 // checkCommand is "dlock check".
 func checkCommand(fs *flag.FlagSet) int {
-	cmd := commands["check"]
+	cmd := commands.Lookup("check")
 	c := checkCfg
 	var err error
 	if c.url, err = c.src.resolve(); err != nil {
-		return cmd.usageError(os.Stderr, err.Error())
+		return cmd.UsageError(os.Stderr, err.Error())
 	}
 	switch {
 	case fs.NArg() > 0:
-		return cmd.usageError(os.Stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+		return cmd.UsageError(os.Stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	case c.timeout <= 0:
-		return cmd.usageError(os.Stderr, "--timeout must be positive")
+		return cmd.UsageError(os.Stderr, "--timeout must be positive")
 	}
 	if c.run != "" {
 		if _, err := regexp.Compile(c.run); err != nil {
-			return cmd.usageError(os.Stderr, "--run: "+err.Error())
+			return cmd.UsageError(os.Stderr, "--run: "+err.Error())
 		}
 	}
 	u, err := dlock.ParseURL(c.url)
 	if err != nil {
-		return cmd.usageError(os.Stderr, "--url: "+err.Error())
+		return cmd.UsageError(os.Stderr, "--url: "+err.Error())
 	}
 	if !slices.Contains(dlock.Schemes(), u.Scheme) {
-		return cmd.usageError(os.Stderr, fmt.Sprintf("--url: unknown scheme %q (known: %s)", u.Scheme, strings.Join(dlock.Schemes(), ", ")))
+		return cmd.UsageError(os.Stderr, fmt.Sprintf("--url: unknown scheme %q (known: %s)", u.Scheme, strings.Join(dlock.Schemes(), ", ")))
 	}
 	// Open once here, so that a bad URL or an unreachable server is said plainly.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -140,7 +140,7 @@ func checkCommand(fs *flag.FlagSet) int {
 	cancel()
 	if err != nil {
 		if errors.Is(err, dlock.ErrInvalidURL) {
-			return cmd.usageError(os.Stderr, "--url: "+err.Error())
+			return cmd.UsageError(os.Stderr, "--url: "+err.Error())
 		}
 		fmt.Fprintf(os.Stderr, "dlock check: cannot reach %s: %v\n", u.Redacted(), err)
 		return exitUnavailable
@@ -150,7 +150,7 @@ func checkCommand(fs *flag.FlagSet) int {
 		return doctorExit(exposed, code)
 	}
 	if _, err := dlock.Declared(u); err != nil {
-		return cmd.usageError(os.Stderr, fmt.Sprintf("--url %s: no declared capabilities: %v", u.Redacted(), err))
+		return cmd.UsageError(os.Stderr, fmt.Sprintf("--url %s: no declared capabilities: %v", u.Redacted(), err))
 	}
 
 	return runCheckChild(c, u)

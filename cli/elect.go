@@ -36,10 +36,11 @@ ended (its TTL, or its session on ZooKeeper).
 
 The command runs under the same supervision as with "dlock run" (see dlock help
 run): same signals, same process group, and it never runs on without the leadership:
-SIGTERM once renewals have failed and less than --grace is left before the term's
-validity deadline, SIGKILL at the deadline, SIGKILL at once when the backend says the
-term is gone (ZooKeeper: SIGTERM when the session may be lost, SIGKILL --grace
-later); dlock then exits 76. Its environment has:
+SIGKILL at once when the backend says the term is gone, SIGTERM once less than --grace
+is left before the term's deadline (its validity deadline, or a ZooKeeper session's
+while the client is cut off) and SIGKILL at the deadline; dlock then exits 76. When the
+command exits, what is left of its process group is killed before dlock resigns. Its
+environment has:
   DLOCK_KEY, DLOCK_ELECTION  the election's name
   DLOCK_TOKEN                the term's fencing token: every later term has a larger one
   DLOCK_LEADER_VALUE         the value this process campaigned with
@@ -57,7 +58,7 @@ Examples:
 
 const electFooter = `
 Exit codes: as for "dlock run" (75: not elected within --wait is not used: elect
-waits until it is leader or gets a signal), and
+waits until it is leader or gets a signal; nor are run's job codes 79 and 124), and
   69     the backend cannot be opened or reached, or has no leader election`
 
 // electConfig holds the parsed flags of "dlock elect".
@@ -76,29 +77,29 @@ func electFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.name, "name", "", "election name (required): 1 to 255 bytes of UTF-8")
 	fs.StringVar(&c.value, "value", "", "what this candidate campaigns with, shown by \"dlock leader\" (default: host name and process id)")
 	fs.DurationVar(&c.ttl, "ttl", 0, "term TTL, renewed every ttl/3 (default: the backend's, 10s; ZooKeeper terms last as long as the session)")
-	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command when renewals have failed and less than this is left before the term's\nvalidity deadline; SIGKILL at the deadline (default: a third of the TTL; for ZooKeeper, a third\nof the session timeout, between session loss and SIGKILL)")
+	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command once less than this is left before the term's deadline; SIGKILL at\nthe deadline; at most half the TTL (default: a third of the TTL; for ZooKeeper, half of what\nis left before the ensemble may expire the session when the client is cut off, at most 10s)")
 }
 
 // electCommand is "dlock elect".
 func electCommand(fs *flag.FlagSet) int {
-	cmd := commands["elect"]
+	cmd := commands.Lookup("elect")
 	c := electCfg
 	argv := fs.Args()
 	var err error
 	if c.url, err = c.src.resolve(); err != nil {
-		return cmd.usageError(os.Stderr, err.Error())
+		return cmd.UsageError(os.Stderr, err.Error())
 	}
 	switch {
 	case c.name == "":
-		return cmd.usageError(os.Stderr, "--name is required")
+		return cmd.UsageError(os.Stderr, "--name is required")
 	case len(argv) == 0:
-		return cmd.usageError(os.Stderr, "no command given (put it after --)")
+		return cmd.UsageError(os.Stderr, "no command given (put it after --)")
 	}
 	if msg := graceError(c.grace, c.ttl, c.url); msg != "" {
-		return cmd.usageError(os.Stderr, msg)
+		return cmd.UsageError(os.Stderr, msg)
 	}
 	if err := dlock.ValidateKey(c.name); err != nil {
-		return cmd.usageError(os.Stderr, "--name: "+err.Error())
+		return cmd.UsageError(os.Stderr, "--name: "+err.Error())
 	}
 	if c.value == "" {
 		host, _ := os.Hostname()
@@ -107,7 +108,7 @@ func electCommand(fs *flag.FlagSet) int {
 	opts := []dlock.Option{dlock.WithAutoRenew()}
 	if c.ttl != 0 {
 		if err := dlock.ValidateTTL(c.ttl); err != nil {
-			return cmd.usageError(os.Stderr, "--ttl: "+err.Error())
+			return cmd.UsageError(os.Stderr, "--ttl: "+err.Error())
 		}
 		opts = append(opts, dlock.WithTTL(c.ttl))
 	}
@@ -120,9 +121,9 @@ func electCommand(fs *flag.FlagSet) int {
 		return code
 	}
 	defer locker.Close()
-	grace := runConfig{url: c.url, ttl: c.ttl, grace: c.grace}.graceFor(lease)
-	return supervisor{name: "elect", key: c.name, grace: grace,
-		env: []string{"DLOCK_ELECTION=" + c.name, "DLOCK_LEADER_VALUE=" + c.value}}.run(argv, lease, sigs)
+	s := newSupervisor("elect", c.name, c.url, c.ttl, c.grace)
+	s.env = []string{"DLOCK_ELECTION=" + c.name, "DLOCK_LEADER_VALUE=" + c.value}
+	return s.run(argv, lease, sigs)
 }
 
 // openElection opens the backend at url and the election name on it; on failure it
@@ -131,7 +132,7 @@ func openElection(ctx context.Context, command, url, name string) (*dlock.Electi
 	l, err := dlock.Open(ctx, url)
 	if err != nil {
 		if errors.Is(err, dlock.ErrInvalidURL) {
-			return nil, nil, commands[command].usageError(os.Stderr, "--url: "+err.Error())
+			return nil, nil, commands.Lookup(command).UsageError(os.Stderr, "--url: "+err.Error())
 		}
 		fmt.Fprintf(os.Stderr, "dlock %s: cannot open %s: %v\n", command, redact(url), err)
 		return nil, nil, exitUnavailable
@@ -174,7 +175,7 @@ func campaign(c electConfig, opts []dlock.Option, sigs <-chan os.Signal) (dlock.
 	}
 	l.Close()
 	if errors.Is(err, dlock.ErrInvalidTTL) || errors.Is(err, dlock.ErrInvalidValue) {
-		return nil, nil, commands["elect"].usageError(os.Stderr, err.Error())
+		return nil, nil, commands.Lookup("elect").UsageError(os.Stderr, err.Error())
 	}
 	fmt.Fprintf(os.Stderr, "dlock elect: cannot campaign in %q on %s: %v\n", c.name, redact(c.url), err)
 	return nil, nil, exitUnavailable

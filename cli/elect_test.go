@@ -150,3 +150,51 @@ func TestLeaderWatch(t *testing.T) {
 		t.Errorf("dlock leader --watch exited %d on SIGINT, want 0", code)
 	}
 }
+
+// TestLeaderEscapesValues: a candidate's value with a newline, a tab, terminal
+// escapes, a backslash and invalid UTF-8 is printed by "dlock leader" (and --watch)
+// as one line of two tab-separated fields, the value escaped as in a Go string
+// literal: it forges no line and no field, and unquoting gives it back.
+func TestLeaderEscapesValues(t *testing.T) {
+	url, name := redisURL(t), uniqueKey(t)
+	value := "evil\n1\tforged\x1b[2J\x1b]0;title\a\\\"\xff\u202e"
+	p := startDlock(t, "elect", "--url", url, "--name", name, "--value", value, "--", childBin, "hold")
+	if line := <-p.out; line != "ready" {
+		t.Fatalf("the leader's command said %q", line)
+	}
+	check := func(what, out string) {
+		t.Helper()
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 1 {
+			t.Fatalf("%s printed %d lines, want 1: %q", what, len(lines), out)
+		}
+		fields := strings.Split(lines[0], "\t")
+		if len(fields) != 2 {
+			t.Fatalf("%s printed %d tab-separated fields, want 2: %q", what, len(fields), lines[0])
+		}
+		if strings.ContainsAny(fields[1], "\x1b\a\r") {
+			t.Errorf("%s printed control characters: %q", what, fields[1])
+		}
+		if got, err := strconv.Unquote(`"` + fields[1] + `"`); err != nil || got != value {
+			t.Errorf("%s printed %q, which unquotes to %q (%v), want %q", what, fields[1], got, err, value)
+		}
+	}
+	code, out := runDlockOut(t, "leader", "--url", url, "--name", name)
+	if code != 0 {
+		t.Fatalf("dlock leader: exit %d", code)
+	}
+	check("dlock leader", out)
+	w := startDlock(t, "leader", "--url", url, "--name", name, "--watch")
+	select {
+	case line := <-w.out:
+		check("dlock leader --watch", line+"\n")
+	case <-time.After(patience):
+		t.Fatalf("dlock leader --watch printed nothing within %v", patience)
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t)
+	p.stdin.Close()
+	p.wait(t)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -27,7 +28,12 @@ func init() {
 
 const leaderHelp = `
 Print the leader of the election NAME on the backend at URL as one line: the term's
-fencing token, a tab, and the value the leader campaigned with ("dlock elect --value").
+fencing token, a tab, and the value the leader campaigned with ("dlock elect --value"),
+escaped as in a Go string literal without its quotes: a backslash, a double quote, a
+control character (newline, tab, escape, ...), a character that does not print and
+each byte of invalid UTF-8 are written as \\, \", \n, \t, \x1b, \u202e, \xff and so on,
+so that a value is always one field of one line (strconv.Unquote of the field in
+double quotes gives it back); a value of printable characters prints as it is.
 With --watch, print the current leader (if any) and then each new leader as it is
 elected, in term order, until interrupted (SIGINT, SIGTERM).
 
@@ -63,20 +69,20 @@ func leaderFlags(fs *flag.FlagSet) {
 }
 
 func leaderCommand(fs *flag.FlagSet) int {
-	cmd := commands["leader"]
+	cmd := commands.Lookup("leader")
 	c := leaderCfg
 	var err error
 	if c.url, err = c.src.resolve(); err != nil {
-		return cmd.usageError(os.Stderr, err.Error())
+		return cmd.UsageError(os.Stderr, err.Error())
 	}
 	switch {
 	case c.name == "":
-		return cmd.usageError(os.Stderr, "--name is required")
+		return cmd.UsageError(os.Stderr, "--name is required")
 	case fs.NArg() > 0:
-		return cmd.usageError(os.Stderr, "unexpected arguments")
+		return cmd.UsageError(os.Stderr, "unexpected arguments")
 	}
 	if err := dlock.ValidateKey(c.name); err != nil {
-		return cmd.usageError(os.Stderr, "--name: "+err.Error())
+		return cmd.UsageError(os.Stderr, "--name: "+err.Error())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -87,7 +93,7 @@ func leaderCommand(fs *flag.FlagSet) int {
 	defer l.Close()
 	if c.watch {
 		for ld := range e.Observe(ctx) {
-			fmt.Printf("%d\t%s\n", ld.Token, ld.Value)
+			fmt.Println(leaderLine(ld))
 		}
 		return exitOK
 	}
@@ -102,6 +108,14 @@ func leaderCommand(fs *flag.FlagSet) int {
 		fmt.Fprintf(os.Stderr, "dlock leader: %v\n", err)
 		return exitUnavailable
 	}
-	fmt.Printf("%d\t%s\n", ld.Token, ld.Value)
+	fmt.Println(leaderLine(ld))
 	return exitOK
+}
+
+// leaderLine is the line "dlock leader" prints for ld: its token, a tab and its
+// value escaped as in a Go string literal without the quotes, so that no value
+// (a newline, terminal escapes) forges lines or fields that scripts parse.
+func leaderLine(ld dlock.Leader) string {
+	q := strconv.Quote(ld.Value)
+	return strconv.FormatUint(ld.Token, 10) + "\t" + q[1:len(q)-1]
 }

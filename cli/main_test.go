@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/clitest"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
@@ -24,18 +24,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dlock-e2e-")
+	dir, err := clitest.Build(".", "../cmd/dlock", "./testdata/child", "./testdata/thirdparty")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	dlockBin, childBin, thirdPartyBin = filepath.Join(dir, "dlock"), filepath.Join(dir, "child"), filepath.Join(dir, "thirdparty")
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/dlock", "./testdata/child", "./testdata/thirdparty")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	if old := os.Getenv("DLOCK_E2E_DLOCK"); old != "" {
 		// Another dlock binary under the same tests (a negative control: an older
 		// build must fail the checks that its bugs break).
@@ -44,6 +38,13 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(servertest.Finish(code))
+}
+
+// runLong runs dlock with args in dir (the package directory if ""), with extra
+// environment, for at most timeout, and returns its exit code, stdout and stderr.
+func runLong(t *testing.T, timeout time.Duration, dir string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	return clitest.Run(t, dlockBin, timeout, dir, env, args...)
 }
 
 // proc is a running "dlock" (or any) process with its output read line by line.
@@ -135,12 +136,7 @@ func drain(c <-chan string) {
 	}
 }
 
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
+func exitStatus(ps *os.ProcessState) int { return clitest.ExitStatus(ps) }
 
 const patience = 20 * time.Second // how long a test waits for what must happen
 

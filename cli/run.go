@@ -25,7 +25,7 @@ func init() {
 	register(&command{
 		Name:     "run",
 		Summary:  "run a command while holding a lock (like flock(1) across machines)",
-		Synopsis: "dlock run --url URL --key KEY [--limit N | --shared | --exclusive] [--ttl D] [--wait D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
+		Synopsis: "dlock run --url URL --key KEY [--limit N | --shared | --exclusive] [--ttl D] [--wait D | --skip-if-held] [--at-least D] [--at-most D] [--grace D] [--metrics-addr ADDR] -- command [args...]",
 		Help:     runHelp,
 		Footer:   runFooter,
 		Flags:    runFlags,
@@ -46,16 +46,19 @@ The command gets two environment variables:
                you protect and have it reject writes with a token lower than one it has
                seen: that is what keeps a paused or partitioned holder from doing harm.
 
-The command never runs on without the lock. While renewals succeed the lease keeps
-at least two thirds of its TTL ahead. When they fail (the backend does not answer) for
-so long that less than --grace is left before the lease's validity deadline, dlock
-sends SIGTERM to the command; at the deadline — which comes before the backend can
-free the lock and grant it to anyone else — it sends SIGKILL and exits 76. When the
-backend says the lock is gone (deleted, taken over), the command gets SIGKILL at once.
-ZooKeeper and GET_LOCK leases have no deadline of their own: they end when the client
-concludes its session may be lost (well before the server frees the lock), and the
-command then gets SIGTERM, and SIGKILL after --grace. docs/run.md has the measured
-margin between the command's last action and the next holder's first.
+The command never runs on without the lock; every kill goes to its whole process
+group. When the backend says the lock is gone (deleted, taken over, the session
+expired, the connection killed), the command gets SIGKILL at once. While renewals
+succeed the lease keeps more than half its TTL ahead; when the backend stops
+confirming it (it does not answer) and less than --grace is left before the lease's
+deadline — its validity deadline, or a ZooKeeper session's while the client is cut
+off — dlock sends SIGTERM, and at the deadline, which comes before the backend can
+free the lock and grant it to anyone else, SIGKILL. A GET_LOCK lease given up while
+the server still keeps the lock gets SIGTERM at once and SIGKILL after --grace, before
+the server can free it. dlock then says why the lease ended and exits 76. When the
+command exits, what is left of its process group is killed, and gone, before the
+lock is released. docs/run.md has the measured margin between the command's last
+action and the next holder's first on every backend.
 
 Signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed
 to the command. The command runs in a process group of its own, and signals go to that
@@ -71,10 +74,29 @@ be caught: it stops the renewals but not the command, so stop the whole job (kil
 -STOP -PGID, or Ctrl-Z) instead. If dlock itself is killed (SIGKILL), the command's main
 process is killed too (Linux parent-death signal); its own children are not.
 
+Scheduled jobs (the same job started by cron or a timer on many machines, to run
+once per interval):
+  --skip-if-held  when another holds the lock, exit 79 at once: the job runs
+                  elsewhere (not with --wait, which waits for the lock instead).
+  --at-least D    keep the lock, renewed, until D after the command started even if it
+                  ends sooner, so that a machine whose timer fires a little later finds
+                  it held and skips; dlock still exits with the command's code. A lease
+                  lost in this hold-over, after the command finished, is reported on
+                  stderr and does not change the exit code (another run may start
+                  early); one lost while the command ran is exit 76 as always. SIGINT,
+                  SIGTERM, SIGHUP or SIGQUIT during the hold-over (or passed to the
+                  command before it) end it and release the lock.
+  --at-most D     once the command has run D, send it SIGTERM, then SIGKILL after
+                  --grace (default: a third of the TTL; 10s for session leases),
+                  release the lock and exit 124.
+  Both are counted from the command's start; --at-least must not exceed --at-most,
+  and each is at most a year. docs/run.md has cron, systemd and Kubernetes examples.
+
 Examples:
   dlock run --url redis://127.0.0.1:6379 --key backup -- ./backup.sh --full
   dlock run --url etcd://10.0.0.1:2379,10.0.0.2:2379 --key deploy --wait 5m -- make deploy
   dlock run --url zk://zk1:2181/locks --key cron/report --wait 0 -- ./report.sh
+  dlock run --url redis://10.0.0.5:6379 --key hourly-sync --skip-if-held --at-least 5m --at-most 50m -- ./sync.sh
 
 URL examples (see docs/ for what each backend guarantees):
   mem://                                    in-process only: useful for trying dlock out
@@ -97,7 +119,10 @@ Exit codes:
   71     cannot listen on --metrics-addr
   75     the lock was not acquired within --wait
   76     the lease was lost (or reached its deadline) while the command ran; the command
-         was killed
+         and its process group were killed, and stderr says why
+  79     --skip-if-held: another holds the lock; the command did not run
+  124    --at-most: the command ran that long and was stopped (SIGTERM, then SIGKILL);
+         the lock was released (timeout(1)'s code)
   126    the command was found but could not be started
   127    the command was not found
 The command's own exit code is passed through unchanged even where it equals one of
@@ -112,6 +137,7 @@ type runConfig struct {
 	wait        waitFlag
 	metricsAddr string
 	primitive   primitiveFlags // --limit, --shared, --exclusive (run_primitives.go)
+	job         jobFlags       // --at-least, --at-most, --skip-if-held (run_jobs.go)
 }
 
 var runCfg runConfig
@@ -123,8 +149,9 @@ func runFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.key, "key", "", "lock name (required): 1 to 255 bytes of UTF-8")
 	fs.DurationVar(&c.ttl, "ttl", 0, "lease TTL; the lease is renewed every ttl/3 while the command runs\n(default: the backend's, 10s; ZooKeeper and GET_LOCK leases last as long as the session and ignore it)")
 	fs.Var(&c.wait, "wait", "how long to wait for the lock: a `duration` such as 30s, 0 to try once, or forever")
-	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command when renewals have failed and less than this is left before the lease's\nvalidity deadline; SIGKILL at the deadline (default: a third of the TTL; for ZooKeeper and\nGET_LOCK, a third of the session timeout, between session loss and SIGKILL)")
+	fs.DurationVar(&c.grace, "grace", 0, "SIGTERM the command once less than this is left before the lease's deadline; SIGKILL at\nthe deadline; at most half the TTL (default: a third of the TTL; for ZooKeeper and GET_LOCK,\nhalf of what is left before the server may free the lock when the trouble starts, at most 10s)")
 	c.primitive.register(fs)
+	c.job.register(fs)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics while running, e.g. 127.0.0.1:9464\n(port 0 picks a free port and prints the address on stderr)")
 }
 
@@ -176,36 +203,43 @@ const releaseTimeout = 10 * time.Second
 
 // runCommand is "dlock run".
 func runCommand(fs *flag.FlagSet) int {
-	cmd := commands["run"]
+	cmd := commands.Lookup("run")
 	c := runCfg
 	argv := fs.Args()
 	var err error
 	if c.url, err = c.src.resolve(); err != nil {
-		return cmd.usageError(os.Stderr, err.Error())
+		return cmd.UsageError(os.Stderr, err.Error())
 	}
 	switch {
 	case c.key == "":
-		return cmd.usageError(os.Stderr, "--key is required")
+		return cmd.UsageError(os.Stderr, "--key is required")
 	case len(argv) == 0:
-		return cmd.usageError(os.Stderr, "no command given (put it after --)")
+		return cmd.UsageError(os.Stderr, "no command given (put it after --)")
 	}
 	if msg := graceError(c.grace, c.ttl, c.url); msg != "" {
-		return cmd.usageError(os.Stderr, msg)
+		return cmd.UsageError(os.Stderr, msg)
 	}
 	if err := dlock.ValidateKey(c.key); err != nil {
-		return cmd.usageError(os.Stderr, "--key: "+err.Error())
+		return cmd.UsageError(os.Stderr, "--key: "+err.Error())
 	}
 	if msg := c.primitive.check(); msg != "" {
-		return cmd.usageError(os.Stderr, msg)
+		return cmd.UsageError(os.Stderr, msg)
+	}
+	waitSet := false
+	fs.Visit(func(f *flag.Flag) { waitSet = waitSet || f.Name == "wait" })
+	if msg := c.job.check(waitSet); msg != "" {
+		return cmd.UsageError(os.Stderr, msg)
 	}
 	var opts []dlock.Option
 	if c.ttl != 0 {
 		if err := dlock.ValidateTTL(c.ttl); err != nil {
-			return cmd.usageError(os.Stderr, "--ttl: "+err.Error())
+			return cmd.UsageError(os.Stderr, "--ttl: "+err.Error())
 		}
 		opts = append(opts, dlock.WithTTL(c.ttl))
 	}
-	opts = append(opts, dlock.WithAutoRenew())
+	// The holder record (host, pid, "dlock run") lets "dlock inspect" say which
+	// machine and process hold the lock, on the stores that keep it.
+	opts = append(opts, dlock.WithAutoRenew(), dlock.WithHolder(dlock.ThisProcess("dlock run")))
 
 	// Catch the forwarded signals from the start: before the command runs they end the
 	// wait for the lock instead of killing dlock while it may hold the lock.
@@ -228,7 +262,19 @@ func runCommand(fs *flag.FlagSet) int {
 		return code
 	}
 	defer locker.Close()
-	return supervisor{name: "run", key: c.key, grace: c.graceFor(lease)}.run(argv, lease, sigs)
+	s := newSupervisor("run", c.key, c.url, c.ttl, c.grace)
+	s.atLeast, s.atMost = c.job.atLeast.d, c.job.atMost.d
+	return s.run(argv, lease, sigs)
+}
+
+// newSupervisor is the supervisor of a command under a lease of ttl (0: the default)
+// on rawURL's backend, with --grace grace (0: the default).
+func newSupervisor(name, key, rawURL string, ttl, grace time.Duration) supervisor {
+	s := supervisor{name: name, key: key, grace: grace}
+	if perLeaseURL(rawURL) {
+		s.ttl = runConfig{ttl: ttl}.ttlOrDefault()
+	}
+	return s
 }
 
 // graceError says what is wrong with --grace for a lease of ttl (0: the default)
@@ -238,28 +284,17 @@ func graceError(grace, ttl time.Duration, rawURL string) string {
 	switch {
 	case grace < 0:
 		return "--grace must not be negative"
-	case grace > 0 && grace >= 2*ttl/3 && perLeaseURL(rawURL):
-		// Healthy renewals keep two thirds of the TTL ahead: a longer grace would
-		// warn the command while the lease is fine.
-		return fmt.Sprintf("--grace %v must be shorter than two thirds of the TTL (%v)", grace, ttl)
+	case grace > maxGrace(ttl) && perLeaseURL(rawURL):
+		return fmt.Sprintf("--grace %v is too long for a TTL of %v: at most %v (half the TTL), or a healthy command would get SIGTERM before a regular renewal (every third of the TTL) moved the deadline", grace, ttl, maxGrace(ttl))
 	}
 	return ""
 }
 
-// graceFor is --grace, or its default for lease (defaultGrace).
-func (c runConfig) graceFor(lease dlock.Lease) time.Duration {
-	if c.grace > 0 {
-		return c.grace
-	}
-	_, perLease := dlock.Deadline(lease)
-	session := 10 * time.Second
-	if u, err := url.Parse(c.url); err == nil {
-		if caps, err := dlock.Declared(u); err == nil && caps.SessionTimeout > 0 {
-			session = caps.SessionTimeout
-		}
-	}
-	return defaultGrace(c.ttlOrDefault(), session, perLease)
-}
+// maxGrace is the longest --grace for a per-lease TTL: half of it. A regular renewal
+// starts a third of the TTL after the previous one and leaves the lease two thirds of
+// the TTL less the drift allowance and two round trips; half the TTL leaves a sixth
+// of it for those, so a healthy command is never warned.
+func maxGrace(ttl time.Duration) time.Duration { return ttl / 2 }
 
 func (c runConfig) ttlOrDefault() time.Duration {
 	if c.ttl > 0 {
@@ -280,7 +315,7 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 			return nil, nil, interrupted("run", caught)
 		}
 		if errors.Is(err, dlock.ErrInvalidURL) {
-			return nil, nil, commands["run"].usageError(os.Stderr, "--url: "+err.Error())
+			return nil, nil, commands.Lookup("run").UsageError(os.Stderr, "--url: "+err.Error())
 		}
 		fmt.Fprintf(os.Stderr, "dlock run: cannot open %s: %v\n", redact(c.url), err)
 		return nil, nil, exitUnavailable
@@ -292,6 +327,8 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 	target, err := c.primitive.target(l, c.key)
 	switch {
 	case err != nil:
+	case c.job.skipIfHeld:
+		lease, err = target.TryAcquire(ctx, opts...)
 	case c.wait.forever:
 		lease, err = target.Acquire(ctx, opts...)
 	case c.wait.d == 0:
@@ -314,7 +351,10 @@ func acquire(c runConfig, opts []dlock.Option, obs dlock.Observer, sigs <-chan o
 	l.Close()
 	switch {
 	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidLimit), errors.Is(err, errors.ErrUnsupported):
-		return nil, nil, commands["run"].usageError(os.Stderr, err.Error())
+		return nil, nil, commands.Lookup("run").UsageError(os.Stderr, err.Error())
+	case errors.Is(err, dlock.ErrNotAcquired) && c.job.skipIfHeld:
+		fmt.Fprintf(os.Stderr, "dlock run: lock %q is held by another: skipped (--skip-if-held)\n", c.key)
+		return nil, nil, exitSkipped
 	case errors.Is(err, dlock.ErrNotAcquired):
 		fmt.Fprintf(os.Stderr, "dlock run: lock %q not acquired within --wait %v: %v\n", c.key, &c.wait, err)
 		return nil, nil, exitTempFail
@@ -379,7 +419,7 @@ func serveMetrics(addr string) (dlock.Observer, func(), int) {
 		return nil, nil, exitSoftware
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, nil, commands["run"].usageError(os.Stderr, "--metrics-addr: "+err.Error())
+		return nil, nil, commands.Lookup("run").UsageError(os.Stderr, "--metrics-addr: "+err.Error())
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

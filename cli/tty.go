@@ -37,12 +37,11 @@ func foregroundTTY() *ttyState {
 }
 
 // restore makes dlock's group the terminal's foreground group again. dlock is in the
-// background when it does, so SIGTTOU is ignored meanwhile (no child is started then,
-// so none inherits the ignored disposition).
+// background when it does, so SIGTTOU must be ignored (the supervisor ignores it from
+// the command's start on; no child is started after that, so none inherits it).
 func (t *ttyState) restore() {
 	signal.Ignore(syscall.SIGTTOU)
 	_ = tcsetpgrp(t.fd, t.pgrp)
-	signal.Reset(syscall.SIGTTOU)
 }
 
 // waitChild waits for child to exit and returns its wait status. With a terminal it

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
 // openPTY returns a new pseudo-terminal pair.
@@ -56,7 +59,17 @@ func startOnTerminal(t *testing.T, args ...string) (*exec.Cmd, *os.File, <-chan 
 // startSession starts cmd as the session leader of a new terminal.
 func startSession(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, *os.File, <-chan string) {
 	t.Helper()
+	return startSessionWith(t, cmd, nil)
+}
+
+// startSessionWith is startSession with the terminal set up by setup (nil: as it
+// comes) before cmd starts.
+func startSessionWith(t *testing.T, cmd *exec.Cmd, setup func(slave *os.File)) (*exec.Cmd, *os.File, <-chan string) {
+	t.Helper()
 	master, slave := openPTY(t)
+	if setup != nil {
+		setup(slave)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
@@ -240,4 +253,48 @@ func waitStopped(t *testing.T, pid int) {
 		}
 	}
 	t.Fatalf("process %d not stopped within %v", pid, patience)
+}
+
+// TestTerminalTostop: with "stty tostop" a background process that writes to the
+// terminal is stopped (SIGTTOU) — and dlock is in the background of its terminal
+// while its command has it. When the lease is lost, nothing may stop dlock between
+// its decision and the kill: the command (which ignores SIGTERM, as does its child)
+// is killed, dlock says why and exits 76, and the job-control shell never sees it
+// stop.
+func TestTerminalTostop(t *testing.T) {
+	r := servertest.Redis(t)
+	key := uniqueKey(t)
+	_, _, out := startSessionWith(t, exec.Command(childBin, "jobshell",
+		dlockBin, "run", "--url", "redis://"+r.Addr(), "--key", key, "--ttl", "900ms", "--", childBin, "stubborn"),
+		func(slave *os.File) {
+			var tio syscall.Termios
+			if err := ioctl(slave, syscall.TCGETS, unsafe.Pointer(&tio)); err != nil {
+				t.Fatal(err)
+			}
+			tio.Lflag |= syscall.TOSTOP
+			if err := ioctl(slave, syscall.TCSETS, unsafe.Pointer(&tio)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	expect(t, out, "ready grandchild")
+	if _, err := r.Do(context.Background(), "DEL", key); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for l := range out {
+		seen = append(seen, l)
+		switch {
+		case strings.Contains(l, "shell: stopped"):
+			t.Fatalf("dlock was stopped (SIGTTOU) after the loss; terminal: %q", seen)
+		case strings.Contains(l, "shell: exit"):
+			if l != fmt.Sprintf("shell: exit %d", exitLost) {
+				t.Fatalf("%q, want exit %d; terminal: %q", l, exitLost, seen)
+			}
+			if !strings.Contains(strings.Join(seen, "\n"), "lost") {
+				t.Errorf("dlock did not say why on the terminal: %q", seen)
+			}
+			return
+		}
+	}
+	t.Fatalf("the terminal closed before the shell reported dlock's exit: %q", seen)
 }

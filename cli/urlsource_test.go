@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -199,16 +200,25 @@ func TestNoPasswordInOutputs(t *testing.T) {
 		t.Fatalf("the check child: %v\n%s", err, out)
 	}
 	outputs = append(outputs, "check child output:\n"+string(out))
-	files, _ := filepath.Glob(filepath.Join(reports, "*"))
-	if len(files) == 0 {
-		t.Fatal("the check child wrote no report file")
-	}
-	for _, f := range files {
+	// Every file the child wrote: the cells and, below them, the trials' histories.
+	files := 0
+	if err := filepath.WalkDir(reports, func(f string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		outputs = append(outputs, "report "+filepath.Base(f)+":\n"+string(b))
+		files++
+		rel, _ := filepath.Rel(reports, f)
+		outputs = append(outputs, "report "+rel+":\n"+string(b))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if files == 0 {
+		t.Fatal("the check child wrote no report file")
 	}
 
 	for _, o := range outputs {

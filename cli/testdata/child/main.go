@@ -6,6 +6,7 @@
 //	child trap CODE         print "ready", then "got N" for each signal N dlock forwards;
 //	                        exit CODE on SIGTERM
 //	child hold              print "ready", wait for stdin to close, exit 0 (SIGTERM kills it)
+//	child pid N             print "pid <its pid>", exit N at once
 //	child stubborn          ignore SIGTERM, start a stubborn grandchild, print "ready
 //	                        child"; the grandchild prints "ready grandchild"; both wait for
 //	                        stdin to close
@@ -85,6 +86,10 @@ func run(args []string) int {
 			time.Sleep(10 * time.Millisecond)
 			fmt.Fprintf(f, "%s tick %d\n", arg(2), time.Now().UnixNano())
 		}
+	case "pid":
+		n, _ := strconv.Atoi(arg(1))
+		fmt.Printf("pid %d\n", os.Getpid())
+		return n
 	case "hold":
 		fmt.Println("ready")
 		io.Copy(io.Discard, os.Stdin)
