@@ -43,10 +43,15 @@ type Locker interface {
 	// Other errors are as for Acquire.
 	TryAcquire(ctx context.Context, key string, opts ...Option) (Lease, error)
 	// Close ends this client: waiting calls return ErrClosed, leases it still holds
-	// are released (best effort, within 1s) and end with ErrClosed, and the client's
-	// connections are closed; later calls return ErrClosed. Close returns within 2s
-	// even when the store does not answer, and is idempotent. A lease whose release
-	// did not reach the backend stays held there until its TTL or session ends.
+	// end with ErrClosed, then are released (best effort, within 1s: a lease's Done
+	// closes before the store can grant its lock to another client), and the calls
+	// still in flight (Acquire, TryAcquire, Release, Refresh) are waited for
+	// — a cancelled wait's clean-up of the store's queue included, and a lock granted
+	// while Close runs is released, not left to its TTL — up to 3s from the start of
+	// Close; then the client's connections are closed. Later calls return ErrClosed.
+	// Close returns within 4s even when the store does not answer, and is idempotent.
+	// A lease whose release did not reach the backend, or a clean-up still unanswered
+	// after 3s, stays on the store until its TTL or session ends.
 	Close() error
 }
 
@@ -62,7 +67,7 @@ type Lease interface {
 	// equal one from another writer (docs/fencing.md).
 	Token() uint64
 	// Refresh extends the lease to ttl from now. It returns ErrNotHeld if the lease is
-	// no longer ours (then Done closes with ErrLost), ErrInvalidTTL for ttl <= 0,
+	// no longer ours (then Done closes with ErrLost), ErrInvalidTTL for ttl <= 0 or above MaxTTL,
 	// errors.ErrUnsupported where the backend has no per-lease TTL, and backend errors
 	// (the lease is then unchanged and ends at its old validity deadline).
 	Refresh(ctx context.Context, ttl time.Duration) error
@@ -77,7 +82,9 @@ type Lease interface {
 	// granted or refreshed it).
 	Done() <-chan struct{}
 	// Err is nil while the lease is held, then says why Done closed: ErrReleased,
-	// ErrExpired, ErrLost or ErrClosed (possibly wrapping a backend error).
+	// ErrClosed, or — for a lease that ended without its owner — a *LossError whose
+	// Cause says why (expired, unreachable, refused, deleted, session ended) and that
+	// errors.Is matches with ErrExpired or ErrLost.
 	Err() error
 }
 
@@ -87,7 +94,8 @@ var (
 	ErrNotAcquired = errors.New("dlock: lock not acquired")
 	// ErrNotHeld: the lease is no longer held (expired, lost, released, or taken over).
 	ErrNotHeld = errors.New("dlock: lock not held")
-	// ErrLost: a held lease ended without Release: its session ended, a renewal found
+	// ErrLost: a held lease ended without Release (Lease.Err is then a *LossError
+	// that matches it, whose Cause says why): its session ended, a renewal found
 	// the lock gone, or renewals failed until the validity deadline.
 	ErrLost = errors.New("dlock: lease lost")
 	// ErrExpired: a lease without auto-renewal reached its validity deadline.
@@ -98,7 +106,8 @@ var (
 	ErrClosed = errors.New("dlock: locker closed")
 	// ErrInvalidKey: the key is empty, longer than MaxKeyLen bytes, or not valid UTF-8.
 	ErrInvalidKey = errors.New("dlock: invalid key")
-	// ErrInvalidTTL: the TTL is zero, negative, or below the backend's minimum.
+	// ErrInvalidTTL: the TTL is zero, negative, below the backend's minimum or above
+	// MaxTTL.
 	ErrInvalidTTL = errors.New("dlock: invalid ttl")
 	// ErrUnavailable: the backend cannot currently decide (e.g. Redlock cannot reach a
 	// quorum of its nodes).
@@ -133,10 +142,20 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// ValidateTTL returns nil for ttl > 0 and an error wrapping ErrInvalidTTL otherwise.
+// MaxTTL is the longest TTL a Locker accepts: a century, below what every store
+// can represent (etcd's longest lease is 9e9 s, about 285 years; MySQL's DATETIME
+// ends in 9999; a TTL within 1ms of the largest Duration has no whole number of
+// milliseconds for Redis's PX).
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
+// ValidateTTL returns nil for 0 < ttl <= MaxTTL and an error wrapping ErrInvalidTTL
+// otherwise.
 func ValidateTTL(ttl time.Duration) error {
-	if ttl <= 0 {
+	switch {
+	case ttl <= 0:
 		return fmt.Errorf("%w: %v (must be > 0)", ErrInvalidTTL, ttl)
+	case ttl > MaxTTL:
+		return fmt.Errorf("%w: %v is above MaxTTL (%v)", ErrInvalidTTL, ttl, MaxTTL)
 	}
 	return nil
 }
@@ -144,9 +163,14 @@ func ValidateTTL(ttl time.Duration) error {
 // Deadline returns the local validity deadline of a lease that has a per-lease TTL:
 // the moment, on this process's monotonic clock, at which its Done closes unless a
 // refresh moves it (TTL minus the clock-drift allowance, counted from before the
-// request that last set the TTL). The store frees the lock no earlier. ok is false
-// for a lease that lasts as long as a session (ZooKeeper, GET_LOCK), and for a Lease
-// not made by this package. The deadline moves with every refresh; read it again.
+// request that last set the TTL). The store frees the lock no earlier. For a lease
+// that lasts as long as a session it is the session's deadline while the client is
+// cut off from its store, where the backend knows it (ZooKeeper: a third of the
+// negotiated session timeout, less drift, after the client last had its session —
+// the earliest the ensemble may expire it); ok is false while the client is in touch
+// with its store, for session leases whose backend cannot tell (GET_LOCK), and for a
+// Lease not made by this package. The deadline moves with every refresh and
+// reconnection; read it again.
 func Deadline(l Lease) (deadline time.Time, ok bool) {
 	if d, is := l.(interface{ Deadline() (time.Time, bool) }); is {
 		return d.Deadline()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -14,6 +15,10 @@ var (
 	ErrNoLeader = errors.New("dlock: no leader")
 	// ErrInvalidValue: a campaign's value is longer than MaxValueLen bytes.
 	ErrInvalidValue = errors.New("dlock: invalid value")
+	// ErrInvalidName: an election's name is not 1 to MaxKeyLen bytes of valid UTF-8
+	// (NewElection). Names follow the rule of keys (ValidateKey), but an election is
+	// not a lock: the error is not ErrInvalidKey.
+	ErrInvalidName = errors.New("dlock: invalid election name")
 )
 
 // MaxValueLen is the longest value, in bytes, a candidate campaigns with.
@@ -43,12 +48,13 @@ type Leader struct {
 }
 
 // NewElection returns the election name on the backend of l (any Locker made by New,
-// or one that unwraps to it: see Unwrapper). It returns ErrInvalidKey for a name
-// that is not a valid key (ValidateKey), and an error wrapping errors.ErrUnsupported
-// for a backend without elections (driver.Elector).
+// or one that unwraps to it: see Unwrapper). It returns an error wrapping
+// ErrInvalidName for a name that is not 1 to MaxKeyLen bytes of valid UTF-8 (the rule
+// of keys), and one wrapping errors.ErrUnsupported for a backend without elections
+// (driver.Elector).
 func NewElection(l Locker, name string) (*Election, error) {
 	if err := ValidateKey(name); err != nil {
-		return nil, fmt.Errorf("election name: %w", err)
+		return nil, fmt.Errorf("%w%s", ErrInvalidName, strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()))
 	}
 	c, obs, ok := core(l)
 	if !ok {
@@ -114,10 +120,11 @@ func (e *Election) campaign(ctx context.Context, value string, wait bool, opts [
 // ErrNoLeader when there is none. The answer may be stale by the time it arrives
 // (the leader may just have stepped down): act on a term only with its token.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	if e.l.isClosed() {
+	if !e.l.enter() {
 		return Leader{}, ErrClosed
 	}
 	d, err := e.el.Leader(ctx, e.name)
+	e.l.leave()
 	switch {
 	case errors.Is(err, ErrNoLeader):
 		return Leader{}, fmt.Errorf("%w of %q (%s)", ErrNoLeader, e.name, e.l.info.Name)
@@ -144,10 +151,15 @@ var observeRetry = ExponentialBackoff(20*time.Millisecond, time.Second)
 // it does not lose terms.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
+	if !e.l.enter() { // closed: nothing to observe
+		close(ch)
+		return ch
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(e.l.closeCtx, cancel)
 	go func() {
 		defer close(ch)
+		defer e.l.leave() // Close waits until the watch has let go of the store
 		defer cancel()
 		defer stop()
 		var last uint64

@@ -26,8 +26,11 @@ func TestPrimitivesInputErrors(t *testing.T) {
 	if _, err := dlock.AcquireAll(ctx, plainLocker{l}, []string{"a"}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("AcquireAll on a Locker not made by New: %v, want ErrUnsupported", err)
 	}
-	if _, err := dlock.NewElection(l, ""); !errors.Is(err, dlock.ErrInvalidKey) {
-		t.Errorf("NewElection with an empty name: %v, want ErrInvalidKey", err)
+	for _, name := range []string{"", strings.Repeat("n", dlock.MaxKeyLen+1), "\xff"} {
+		_, err := dlock.NewElection(l, name)
+		if !errors.Is(err, dlock.ErrInvalidName) || errors.Is(err, dlock.ErrInvalidKey) {
+			t.Errorf("NewElection with the name %q: %v, want ErrInvalidName (not ErrInvalidKey)", name, err)
+		}
 	}
 	e, err := dlock.NewElection(l, "e")
 	if err != nil {

@@ -35,8 +35,12 @@ type lease struct {
 	timer       *time.Timer
 	autoRenew   bool
 	renewCancel context.CancelFunc // cancels the renewal in flight, if any
-	err         error
-	done        chan struct{}
+	// releaseUnsure: a Release failed without the store's answer (it may have
+	// freed the lock).
+	releaseUnsure bool
+	err           error
+	endedAt       time.Time // when the lease ended (zero while held)
+	done          chan struct{}
 }
 
 func newLease(l *locker, key string, lk driver.Lock, ttl time.Duration, obs Observer) *lease {
@@ -74,11 +78,19 @@ func (ls *lease) String() string {
 	return fmt.Sprintf("lease(%s %q token %d)", ls.l.info.Name, ls.key, ls.token)
 }
 
-// Deadline is the lease's local validity deadline (see Deadline).
+// Deadline is the lease's local validity deadline or, for a session lease whose
+// client is cut off from its store, the session's (see Deadline).
 func (ls *lease) Deadline() (time.Time, bool) {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.deadline, !ls.deadline.IsZero()
+	d := ls.deadline
+	ls.mu.Unlock()
+	if !d.IsZero() {
+		return d, true
+	}
+	if sd, ok := ls.lk.(driver.SessionDeadline); ok {
+		return sd.SessionDeadline()
+	}
+	return time.Time{}, false
 }
 
 // ended reports whether the lease has ended and why.
@@ -118,16 +130,41 @@ func (ls *lease) end(reason error) {
 		return
 	}
 	ls.err = reason
+	ls.endedAt = time.Now()
+	if !ls.deadline.IsZero() && ls.deadline.Before(ls.endedAt) {
+		ls.endedAt = ls.deadline // never valid past it, however late its timer ran
+	}
 	if ls.timer != nil {
 		ls.timer.Stop()
 	}
+	cancel := ls.renewCancel // a renewal in flight has nothing left to renew
 	ls.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 	ls.l.forget(ls)
 	if ls.obs != nil {
-		ls.obs.Observe(Event{Kind: EventEnd, Backend: ls.l.info.Name, Key: ls.key, Duration: time.Since(ls.granted), Err: reason})
+		var cause Cause
+		if le, ok := reason.(*LossError); ok {
+			cause = le.Cause
+		}
+		ls.obs.Observe(Event{Kind: EventEnd, Backend: ls.l.info.Name, Key: ls.key, Duration: time.Since(ls.granted), Err: reason, Cause: cause})
 	}
 	// Last: whoever waits on Done finds the Observer (metrics) already told.
 	close(ls.done)
+}
+
+// EndedAt reports when the lease ended: the moment Done closed or, for a lease that
+// outlived its validity deadline before its timer ran (a busy machine), the deadline,
+// since no look at the lease sees it valid past it. It is zero while the lease is
+// held. Lease values from every Locker of this package (backends and peers alike)
+// have it; reach it with an interface assertion:
+//
+//	if e, ok := lease.(interface{ EndedAt() time.Time }); ok { … }
+func (ls *lease) EndedAt() time.Time {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.endedAt
 }
 
 // checkDeadline ends the lease if its validity deadline has passed, so that a
@@ -152,20 +189,21 @@ func (ls *lease) expire() {
 		return
 	}
 	if auto {
-		ls.end(fmt.Errorf("%w: renewals did not succeed before the validity deadline", ErrLost))
+		ls.end(&LossError{Cause: CauseUnreachable, Err: errRenewalsFailed})
 		return
 	}
-	ls.end(ErrExpired)
+	ls.end(&LossError{Cause: CauseExpired})
 }
+
+var errRenewalsFailed = errors.New("renewals did not succeed before the validity deadline")
 
 func (ls *lease) watchSession(s driver.Sessioned) {
 	select {
 	case <-s.Lost():
-		if c := s.Cause(); c != nil {
-			ls.end(fmt.Errorf("%w: %w", ErrLost, c))
-		} else {
-			ls.end(ErrLost)
-		}
+		ls.mu.Lock()
+		auto := ls.autoRenew
+		ls.mu.Unlock()
+		ls.end(lossOf(s.Cause(), auto))
 	case <-ls.done:
 	}
 }
@@ -190,6 +228,10 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: %s: refresh %q: %w", ls.l.info.Name, ls.key, err)
 	}
 	defer ls.releaseOp()
+	if !ls.l.enter() { // the Locker is closing: it gives the lease up
+		return fmt.Errorf("%w: %q (%w)", ErrNotHeld, ls.key, ErrClosed)
+	}
+	defer ls.l.leave()
 	return ls.refresh(ctx, ttl)
 }
 
@@ -206,7 +248,23 @@ func (ls *lease) refresh(ctx context.Context, ttl time.Duration) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
-		ls.end(fmt.Errorf("%w: refresh found the lock gone", ErrLost))
+		ls.mu.Lock()
+		unsure := ls.releaseUnsure
+		ls.mu.Unlock()
+		if unsure {
+			// A Release whose answer did not come may have gone through: where the
+			// store's release is idempotent for its owner (Redis's tombstone) it says
+			// so again, and the owner released the lock; it was not lost. No answer
+			// again: nothing is known yet.
+			switch uerr := ls.lk.Unlock(ctx); {
+			case uerr == nil:
+				ls.end(ErrReleased)
+				return ls.notHeld()
+			case !errors.Is(uerr, ErrNotHeld):
+				return fmt.Errorf("dlock: %s: refresh %q found the lock gone after a release without an answer; asking again: %w", ls.l.info.Name, ls.key, uerr)
+			}
+		}
+		ls.end(&LossError{Cause: CauseRefused, Err: errors.New("refresh found the lock gone")})
 		return ls.notHeld()
 	case errors.Is(err, errors.ErrUnsupported):
 		return fmt.Errorf("dlock: %s: Refresh: %w", ls.l.info.Name, err)
@@ -250,6 +308,7 @@ func (ls *lease) renewLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), max(remaining/2, 0))
 		ls.renewCancel = cancel
 		ls.mu.Unlock()
+		// Not a call Close waits for: Close cancels it and gives the lease up itself.
 		err := ls.acquireOp(ctx)
 		if err == nil {
 			err = ls.refresh(ctx, ttl)
@@ -278,37 +337,57 @@ func (ls *lease) Release(ctx context.Context) error {
 	}
 	defer ls.releaseOp()
 	if done, reason := ls.ended(); done {
-		if errors.Is(reason, ErrExpired) {
+		if errors.Is(reason, ErrExpired) && ls.l.enter() {
 			// Past the local deadline the lock may still be ours on the server: free it
 			// for the next owner (owner-checked, so harmless if it is not ours), but
 			// do not claim we still held it.
 			_ = ls.lk.Unlock(ctx)
+			ls.l.leave()
 		}
 		return ls.notHeld()
 	}
+	if !ls.l.enter() { // the Locker is closing: Close releases the lease
+		return fmt.Errorf("dlock: %s: release %q: %w", ls.l.info.Name, ls.key, ErrClosed)
+	}
+	defer ls.l.leave()
 	err := ls.lk.Unlock(ctx)
 	switch {
 	case err == nil:
 		ls.end(ErrReleased)
+		if _, reason := ls.ended(); reason != ErrReleased {
+			// The lease ended (its deadline passed, Close gave it up) while the release
+			// was on its way: Done closed with that reason, and Release says so too,
+			// as Refresh does. The store has freed the lock all the same.
+			return fmt.Errorf("%w: %q (%w)", ErrNotHeld, ls.key, reason)
+		}
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		ls.end(fmt.Errorf("%w: release found the lock gone", ErrLost))
+		ls.end(&LossError{Cause: CauseRefused, Err: errors.New("release found the lock gone")})
 		return ls.notHeld()
 	}
+	// The release may have gone through with its answer lost: a renewal that then
+	// finds the lock gone asks the store again before it calls it a loss.
+	ls.mu.Lock()
+	ls.releaseUnsure = true
+	ls.mu.Unlock()
 	return fmt.Errorf("dlock: %s: release %q: %w", ls.l.info.Name, ls.key, err)
 }
 
 // closeRelease gives the lock up because the Locker is closing: released if the
 // store answers within ctx, ended with ErrClosed either way.
+//
+// The lease ends first, then the store frees the lock: Done is closed before
+// another client can be granted it, so that a holder watching Done never acts
+// on a lease the store has handed on.
 func (ls *lease) closeRelease(ctx context.Context) {
 	ls.cancelRenewal()
+	gone, _ := ls.ended()
+	ls.end(ErrClosed)
 	if err := ls.acquireOp(ctx); err != nil {
-		ls.end(ErrClosed)
 		return
 	}
 	defer ls.releaseOp()
-	if done, _ := ls.ended(); !done {
+	if !gone {
 		_ = ls.lk.Unlock(ctx)
 	}
-	ls.end(ErrClosed)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,7 +133,7 @@ func TestReleaseAfterDeadline(t *testing.T) {
 			// The deadline is TTL − drift from the start of the request: 50µs past
 			// that, counted from its end, is past the deadline — and often before the
 			// deadline timer has run.
-			sleepUntil(time.Now().Add(ttl - driver.DefaultDrift(ttl) + 50*time.Microsecond))
+			sleepUntil(time.Now().Add(ttl - driver.StandardDrift(ttl) + 50*time.Microsecond))
 			if err := ls.Release(context.Background()); err == nil {
 				nils.Add(1)
 			} else if !errors.Is(err, dlock.ErrNotHeld) {
@@ -172,5 +173,179 @@ func TestZeroRetryDelayIsClamped(t *testing.T) {
 	}
 	if max := int(d/time.Millisecond) + 1; attempts > max {
 		t.Errorf("%d attempts in %v with ConstantBackoff(0), want at most %d (1ms apart)", attempts, d, max)
+	}
+}
+
+// lossStore grants locks whose refresh, release and session the test controls:
+// Refresh and Unlock return refresh/unlock (nil: success), and closing lost ends the
+// session with cause.
+type lossStore struct {
+	refresh, unlock error
+	lost            chan struct{}
+	cause           error
+}
+
+func (s *lossStore) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	return lossLock{s}, nil
+}
+func (s *lossStore) Close() error { return nil }
+
+type lossLock struct{ s *lossStore }
+
+func (l lossLock) Token() uint64                                { return 1 }
+func (l lossLock) Refresh(context.Context, time.Duration) error { return l.s.refresh }
+func (l lossLock) Unlock(context.Context) error                 { return l.s.unlock }
+func (l lossLock) Lost() <-chan struct{}                        { return l.s.lost }
+func (l lossLock) Cause() error                                 { return l.s.cause }
+
+// TestLossCauses: a lease that ends without Release says why (dlock.LossError):
+// its Cause, HeldUntil when the store keeps the lock after the client gave it up,
+// and errors.Is still matches ErrExpired or ErrLost; the Observer's end event
+// carries the same Cause.
+func TestLossCauses(t *testing.T) {
+	later := time.Now().Add(time.Hour)
+	for _, c := range []struct {
+		name      string
+		store     lossStore
+		auto      bool
+		end       func(ls dlock.Lease, s *lossStore) // nil: wait for the lease to end
+		want      dlock.Cause
+		sentinel  error
+		heldUntil bool
+	}{
+		{name: "expired", want: dlock.CauseExpired, sentinel: dlock.ErrExpired},
+		{name: "renewals failed", store: lossStore{refresh: errors.New("no answer")}, auto: true, want: dlock.CauseUnreachable, sentinel: dlock.ErrLost},
+		{name: "refresh refused", store: lossStore{refresh: dlock.ErrNotHeld}, auto: true, want: dlock.CauseRefused, sentinel: dlock.ErrLost},
+		{name: "release refused", store: lossStore{unlock: dlock.ErrNotHeld}, want: dlock.CauseRefused, sentinel: dlock.ErrLost,
+			end: func(ls dlock.Lease, _ *lossStore) { _ = ls.Release(context.Background()) }},
+		{name: "deleted", store: lossStore{cause: &driver.LossError{Kind: driver.LossDeleted, Err: errors.New("node deleted")}},
+			want: dlock.CauseDeleted, sentinel: dlock.ErrLost},
+		{name: "session ended", store: lossStore{cause: &driver.LossError{Kind: driver.LossSession, Err: errors.New("session expired")}},
+			want: dlock.CauseSession, sentinel: dlock.ErrLost},
+		{name: "session, unclassified", store: lossStore{cause: errors.New("gone")}, want: dlock.CauseSession, sentinel: dlock.ErrLost},
+		{name: "silent", store: lossStore{cause: &driver.LossError{Kind: driver.LossSilent, HeldUntil: later, Err: errors.New("no answer")}},
+			want: dlock.CauseUnreachable, sentinel: dlock.ErrLost, heldUntil: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.store
+			s.lost = make(chan struct{})
+			l := dlock.New(&s, driver.Info{Name: "loss"})
+			defer l.Close()
+			var ended []dlock.Event
+			obs := dlock.ObserverFunc(func(e dlock.Event) {
+				if e.Kind == dlock.EventEnd {
+					ended = append(ended, e)
+				}
+			})
+			opts := []dlock.Option{dlock.WithTTL(60 * time.Millisecond), dlock.WithObserver(obs)}
+			if c.auto {
+				opts = append(opts, dlock.WithAutoRenew())
+			}
+			ls, err := l.TryAcquire(context.Background(), "k", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case c.end != nil:
+				c.end(ls, &s)
+			case s.cause != nil:
+				close(s.lost)
+			}
+			<-ls.Done()
+			err = ls.Err()
+			var le *dlock.LossError
+			if !errors.As(err, &le) || le.Cause != c.want || !errors.Is(err, c.sentinel) {
+				t.Fatalf("Err = %v (%#v); want a LossError of cause %v that is %v", err, le, c.want, c.sentinel)
+			}
+			if le.HeldUntil.IsZero() == c.heldUntil {
+				t.Errorf("HeldUntil = %v, want it set: %v", le.HeldUntil, c.heldUntil)
+			}
+			if !strings.Contains(err.Error(), c.want.String()) {
+				t.Errorf("Err() = %q does not name its cause %q", err, c.want)
+			}
+			if rerr := ls.Release(context.Background()); !errors.As(rerr, &le) || le.Cause != c.want {
+				t.Errorf("Release of the ended lease: %v, want ErrNotHeld wrapping the LossError", rerr)
+			}
+			// The end was observed before Done closed.
+			if len(ended) != 1 || ended[0].Cause != c.want || ended[0].Err != err {
+				t.Errorf("end events %+v, want one with Cause %v and Err %v", ended, c.want, err)
+			}
+		})
+	}
+}
+
+// orderStore records what its locks and Close do, in order; its second TryLock
+// blocks until proceed is closed.
+type orderStore struct {
+	mu       sync.Mutex
+	events   []string
+	tries    int
+	entered  chan struct{} // closed when the second TryLock has begun
+	proceed  chan struct{}
+	released chan struct{} // closed when the first lock is unlocked
+}
+
+func (s *orderStore) record(e string) {
+	s.mu.Lock()
+	s.events = append(s.events, e)
+	s.mu.Unlock()
+}
+
+func (s *orderStore) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	s.mu.Lock()
+	s.tries++
+	n := s.tries
+	s.mu.Unlock()
+	if n == 2 {
+		close(s.entered)
+		<-s.proceed
+	}
+	return orderLock{s, n}, nil
+}
+func (s *orderStore) Close() error { s.record("driver closed"); return nil }
+
+type orderLock struct {
+	s *orderStore
+	n int
+}
+
+func (l orderLock) Token() uint64                                { return uint64(l.n) }
+func (l orderLock) Refresh(context.Context, time.Duration) error { return nil }
+func (l orderLock) Unlock(context.Context) error {
+	l.s.record(fmt.Sprintf("lock %d released", l.n))
+	if l.n == 1 {
+		close(l.s.released)
+	}
+	return nil
+}
+
+// TestCloseWaitsForCallsInFlight: a TryAcquire whose grant lands while the Locker
+// closes gets ErrClosed, and its grant is given back before the driver closes.
+func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	s := &orderStore{entered: make(chan struct{}), proceed: make(chan struct{}), released: make(chan struct{})}
+	l := dlock.New(s, driver.Info{Name: "order"})
+	ctx := context.Background()
+	if _, err := l.TryAcquire(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	tried := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(ctx, "landing")
+		tried <- err
+	}()
+	<-s.entered
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	<-s.released // Close has begun: it released the held lease
+	close(s.proceed)
+	if err := <-tried; !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("a TryAcquire granted during Close: %v, want ErrClosed", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"lock 1 released", "lock 2 released", "driver closed"}
+	if fmt.Sprint(s.events) != fmt.Sprint(want) {
+		t.Fatalf("events %q, want %q: the grant that landed during Close is given back before the driver closes", s.events, want)
 	}
 }

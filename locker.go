@@ -11,10 +11,15 @@ import (
 )
 
 // closeTimeout bounds how long Close waits for the releases of the leases it ends,
-// and how long a grant that will not become a lease may take to be given back. Close
-// then closes the driver, which each backend keeps under a second, so that Close
-// returns within 2s whatever the store does.
+// and how long a grant that will not become a lease may take to be given back.
 const closeTimeout = time.Second
+
+// closeDrainTimeout bounds how long Close waits, from its start, for the calls in
+// flight (Acquire, TryAcquire, Release, Refresh, a lost set's give-back) to end
+// — a cancelled wait's clean-up included (the backends bound theirs by 2s). Close
+// then closes the driver, which each backend keeps under a second, so that Close
+// returns within 4s whatever the store does.
+const closeDrainTimeout = 3 * time.Second
 
 // minRetryDelay is the shortest wait between two attempts of Acquire: a strategy
 // that asks for less (ConstantBackoff(0)) would otherwise spin on the store.
@@ -28,7 +33,7 @@ const minRetryDelay = time.Millisecond
 // driver for what a backend implements).
 func New(d driver.Driver, info driver.Info) Locker {
 	if info.Drift == nil {
-		info.Drift = driver.DefaultDrift
+		info.Drift = driver.StandardDrift
 	}
 	l := &locker{d: d, info: info, leases: map[*lease]struct{}{}}
 	l.closeCtx, l.closeAll = context.WithCancelCause(context.Background())
@@ -47,9 +52,35 @@ type locker struct {
 	closeCtx context.Context
 	closeAll context.CancelCauseFunc
 
-	mu     sync.Mutex
-	closed bool
-	leases map[*lease]struct{}
+	mu       sync.Mutex
+	closed   bool
+	leases   map[*lease]struct{}
+	inFlight int           // calls using the driver (enter/leave); not the renewals, which Close cancels
+	drained  chan struct{} // made by Close when calls are in flight; closed when none is left
+}
+
+// enter registers a call that is about to use the driver, so that Close waits for it
+// before closing the driver. It returns false once Close has begun: the caller must
+// then not use the driver. Every true must be followed by one leave.
+func (l *locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.inFlight++
+	return true
+}
+
+// leave ends a call registered by enter.
+func (l *locker) leave() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight--
+	if l.inFlight == 0 && l.drained != nil {
+		close(l.drained)
+		l.drained = nil
+	}
 }
 
 // checkTTL returns nil for a TTL the backend can honour and an error wrapping
@@ -109,7 +140,7 @@ func (l *locker) mutex(key string) request {
 // driver's own wait, the grant, observer events. Primitives (semaphores, read-write
 // locks, …) call it with requests of their own.
 func (l *locker) acquire(ctx context.Context, r request, wait bool, opts []Option) (Lease, error) {
-	o := ApplyOptions(opts...)
+	o := applyOptions(opts...)
 	key := r.key
 	if !r.checked {
 		if err := ValidateKey(key); err != nil {
@@ -123,9 +154,15 @@ func (l *locker) acquire(ctx context.Context, r request, wait bool, opts []Optio
 	if err := l.checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	if l.isClosed() {
+	if err := validateHolder(o.Holder); err != nil {
+		return nil, err
+	}
+	// Close waits for the whole call: a wait's clean-up, and the release of a grant
+	// that lands while it closes, run before the driver closes.
+	if !l.enter() {
 		return nil, ErrClosed
 	}
+	defer l.leave()
 	a := attempt{l: l, r: r, key: key, ttl: ttl, opts: o}
 	var start time.Time
 	if o.Observer != nil {
@@ -166,7 +203,7 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 		defer context.AfterFunc(l.closeCtx, func() { cancel(ErrClosed) })()
 		a.attempts = 1
 		t0 := time.Now()
-		lk, err := a.r.wait(wctx, a.ttl)
+		lk, err := a.r.wait(a.holder(wctx, t0), a.ttl)
 		if err != nil {
 			if errors.Is(context.Cause(wctx), ErrClosed) {
 				return nil, ErrClosed
@@ -196,7 +233,7 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 		}
 		a.attempts++
 		t0 := time.Now()
-		lk, err := a.r.try(ctx, a.ttl)
+		lk, err := a.r.try(a.holder(ctx, t0), a.ttl)
 		var remaining time.Duration
 		if err == nil {
 			ls, gerr := l.grant(a, t0, lk)
@@ -241,6 +278,18 @@ func (a *attempt) run(ctx context.Context, wait bool) (*lease, error) {
 		}
 		t.Stop()
 	}
+}
+
+// holder returns ctx carrying the caller's Holder record (WithHolder), stamped with
+// the time the request is sent, for the driver to write with its claim; ctx itself
+// when there is none.
+func (a *attempt) holder(ctx context.Context, sent time.Time) context.Context {
+	if a.opts.Holder.IsZero() {
+		return ctx
+	}
+	h := a.opts.Holder
+	h.Since = sent
+	return driver.WithHolder(ctx, h)
 }
 
 // fail turns an error from the backend into the error Acquire returns.
@@ -298,17 +347,16 @@ func (l *locker) grant(a *attempt, t0 time.Time, lk driver.Lock) (*lease, error)
 	return ls, nil
 }
 
-// giveBack releases a lock that will not become a lease, best effort.
+// giveBack releases a lock that will not become a lease, best effort. A set's
+// watches of its keys stop whatever the release found (a key whose TTL ran out
+// while the grant was on its way is not ours to release): no lease will end them.
 func (l *locker) giveBack(lk driver.Lock) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	_ = lk.Unlock(ctx)
-}
-
-func (l *locker) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
+	if s, ok := lk.(*setLock); ok {
+		s.stopWatching()
+	}
 }
 
 func (l *locker) forget(ls *lease) {
@@ -319,7 +367,9 @@ func (l *locker) forget(ls *lease) {
 
 // Close ends the waits (their contexts are cancelled with cause ErrClosed), gives
 // every held lease up — released within closeTimeout (1s) where the store answers,
-// ended with ErrClosed either way — and then closes the driver.
+// ended with ErrClosed either way — waits for the calls still in flight to end (a
+// cancelled wait's clean-up, a grant that lands meanwhile and is given back, a
+// Release), up to closeDrainTimeout (3s) from its start, and then closes the driver.
 func (l *locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -332,7 +382,13 @@ func (l *locker) Close() error {
 	for ls := range l.leases {
 		held = append(held, ls)
 	}
+	var drained chan struct{}
+	if l.inFlight > 0 {
+		drained = make(chan struct{})
+		l.drained = drained
+	}
 	l.mu.Unlock()
+	drainBy := time.Now().Add(closeDrainTimeout)
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
@@ -341,6 +397,14 @@ func (l *locker) Close() error {
 		wg.Go(func() { ls.closeRelease(ctx) })
 	}
 	wg.Wait()
+	if drained != nil {
+		t := time.NewTimer(time.Until(drainBy))
+		select {
+		case <-drained:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if err := l.d.Close(); err != nil {
 		return fmt.Errorf("dlock: %s: close: %w", l.info.Name, err)
 	}

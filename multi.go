@@ -126,18 +126,30 @@ func acquireSet(ctx context.Context, l Locker, keys []string, wait bool, opts []
 		if sl, ok := x.lk.(driver.SetLock); ok {
 			s.tokens = sl.Tokens()
 		}
-		go c.endSet(x)
+		tracked := c.enter() // Close waits for the give-back; it ends the lease first
+		go c.endSet(x, tracked)
 	}
 	return s, nil
 }
 
 // endSet waits for a set lease to end. A set lost by one key gives the others back
 // at once (owner-checked), rather than leave them held to their TTL or session's
-// end.
-func (l *locker) endSet(ls *lease) {
+// end. The give-back takes the lease's operation slot, as Refresh and Release do: a
+// renewal or a Refresh still on its way when the lease ended (at its deadline) may
+// be writing the lock. tracked: the call was registered with enter (Close had not
+// begun), so it may use the driver.
+func (l *locker) endSet(ls *lease, tracked bool) {
 	<-ls.done
-	if errors.Is(ls.Err(), ErrLost) {
-		l.giveBack(ls.lk)
+	if tracked {
+		if errors.Is(ls.Err(), ErrLost) {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			if ls.acquireOp(ctx) == nil {
+				_ = ls.lk.Unlock(ctx)
+				ls.releaseOp()
+			}
+			cancel()
+		}
+		l.leave()
 	}
 	if sl, ok := ls.lk.(*setLock); ok {
 		sl.stopWatching()
@@ -241,6 +253,7 @@ type setLock struct {
 
 	mu       sync.Mutex
 	released []bool // parts whose lock is gone (unlocked, or found not ours)
+	gone     bool   // a part was found not ours
 
 	lost     chan struct{} // closed when a part's store takes it away
 	lostOnce sync.Once
@@ -296,6 +309,20 @@ func (s *setLock) ValidFrom() time.Time {
 
 func (s *setLock) Lost() <-chan struct{} { return s.lost }
 
+// SessionDeadline is the earliest session deadline of the parts that have one
+// (driver.SessionDeadline).
+func (s *setLock) SessionDeadline() (time.Time, bool) {
+	var first time.Time
+	for _, p := range s.parts {
+		if sd, ok := p.lk.(driver.SessionDeadline); ok {
+			if d, ok := sd.SessionDeadline(); ok && (first.IsZero() || d.Before(first)) {
+				first = d
+			}
+		}
+	}
+	return first, !first.IsZero()
+}
+
 func (s *setLock) Cause() error {
 	select {
 	case <-s.lost:
@@ -305,15 +332,14 @@ func (s *setLock) Cause() error {
 	}
 }
 
-// Refresh refreshes every key. When one is no longer ours the set is lost: the
-// others are given back and Refresh returns ErrNotHeld.
+// Refresh refreshes every key. When one is no longer ours the set is lost: every
+// key is given back (that one's too: a release of it that had gone through with its
+// answer lost is then known to be the owner's, where the store's release is
+// idempotent) and Refresh returns ErrNotHeld.
 func (s *setLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	for i, p := range s.parts {
+	for _, p := range s.parts {
 		err := p.lk.Refresh(ctx, ttl)
 		if errors.Is(err, ErrNotHeld) {
-			s.mu.Lock()
-			s.released[i] = true
-			s.mu.Unlock()
 			_ = s.Unlock(ctx)
 			return err
 		}
@@ -325,11 +351,11 @@ func (s *setLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 // Unlock unlocks every key still ours. A key found not ours makes it return
-// ErrNotHeld (after the others), and so does a set with no key left to unlock;
-// another error is returned as is, and a later Unlock tries the keys that are left.
+// ErrNotHeld (after the others), now and on every later Unlock; another error is
+// returned as is, and a later Unlock tries the keys that are left. A set whose
+// keys were all released by earlier Unlocks, each found ours, returns nil again.
 func (s *setLock) Unlock(ctx context.Context) error {
 	var failed error
-	tried, notHeld := false, false
 	for i, p := range s.parts {
 		s.mu.Lock()
 		done := s.released[i]
@@ -337,25 +363,25 @@ func (s *setLock) Unlock(ctx context.Context) error {
 		if done {
 			continue
 		}
-		tried = true
 		err := p.lk.Unlock(ctx)
 		switch {
 		case err == nil || errors.Is(err, ErrNotHeld):
-			notHeld = notHeld || err != nil
 			s.mu.Lock()
 			s.released[i] = true
+			s.gone = s.gone || err != nil
 			s.mu.Unlock()
 		case failed == nil:
 			failed = err
 		}
 	}
-	if tried && failed == nil && !notHeld {
-		s.stopWatching()
-	}
-	switch {
-	case failed != nil:
+	if failed != nil {
 		return failed
-	case notHeld || !tried:
+	}
+	s.stopWatching() // no key left to watch
+	s.mu.Lock()
+	gone := s.gone
+	s.mu.Unlock()
+	if gone {
 		return ErrNotHeld
 	}
 	return nil

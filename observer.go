@@ -13,8 +13,9 @@ const (
 	EventAcquire EventKind = iota + 1
 	// EventRenew: a refresh (explicit or automatic) ended (Err nil when it succeeded).
 	EventRenew
-	// EventEnd: a lease ended; Err says why (ErrReleased, ErrExpired, ErrLost, ErrClosed).
-	// It is observed before the lease's Done closes.
+	// EventEnd: a lease ended; Err says why (ErrReleased, ErrClosed, or a *LossError
+	// matching ErrExpired or ErrLost, whose cause is also in Cause). It is observed
+	// before the lease's Done closes.
 	EventEnd
 )
 
@@ -31,6 +32,9 @@ type Event struct {
 	// Contended: for EventAcquire, whether the lock was found held at least once.
 	Contended bool
 	Err       error
+	// Cause: for EventEnd of a lease that ended without its owner (Err is then a
+	// *LossError), why — the LossError's Cause; 0 for a lease released or closed.
+	Cause Cause
 }
 
 // Observer receives events from Lockers. Its Observe method is called synchronously on the

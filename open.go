@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dlock-go/dlock/spec"
 )
 
 // Opener opens a Locker for a URL of its scheme. The Locker it returns is ready to use
 // (connected, with whatever the backend needs created) and its Close closes what the
-// opener opened.
+// opener opened. ctx bounds the opening only (Open gives it a deadline if it has
+// none, and cancels it when the opener returns): nothing that outlives the opening
+// may depend on it.
 type Opener func(ctx context.Context, u *url.URL) (Locker, error)
 
 // Scheme is what a backend package registers for one URL scheme: how to open a
@@ -101,15 +105,34 @@ func Schemes() []string {
 
 // Open returns a Locker for rawURL, e.g. "redis://127.0.0.1:6379" or "mem://". The
 // scheme's backend package must have been imported (a blank import is enough). It
-// returns ErrInvalidURL for a URL it cannot parse (see ParseURL), an unknown scheme
-// or a query parameter the backend does not know, and the backend's error (wrapped)
-// when it cannot connect. No error quotes the URL's password.
+// returns ErrInvalidURL for a URL it cannot parse (see ParseURL), an unknown scheme,
+// a query parameter the backend does not know or a value out of its bounds, and the
+// backend's error (wrapped) when it cannot connect. No error quotes the URL's
+// password. Opening never waits without a deadline: when ctx has none, the opener
+// gets OpenTimeout (a store that does not answer is an error, not a hang).
 func Open(ctx context.Context, rawURL string) (Locker, error) {
 	u, s, err := parseScheme(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := boundOpen(ctx)
+	defer cancel()
 	return s.Open(ctx, u)
+}
+
+// OpenTimeout bounds Open and Inspect when their context has no deadline: a URL
+// whose servers do not answer (or never grant a session) fails after it.
+const OpenTimeout = 30 * time.Second
+
+// openTimeout is OpenTimeout (tests shorten it).
+var openTimeout = OpenTimeout
+
+// boundOpen gives ctx a deadline of openTimeout if it has none.
+func boundOpen(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, openTimeout)
 }
 
 // parseScheme parses rawURL (ParseURL) and looks its scheme up.
@@ -132,6 +155,7 @@ func parseScheme(rawURL string) (*url.URL, Scheme, error) {
 // wrapping errors.ErrUnsupported for a scheme registered without an Inspect, and
 // the backend's error when it cannot connect. A setting the credentials may not
 // read (e.g. CONFIG GET denied by an ACL) is a finding that says so, not an error.
+// Like Open, it never waits without a deadline (OpenTimeout).
 // Not guaranteed: the findings describe the configuration at the time of the call,
 // as the server reports it; a setting the backend does not know to read is not
 // covered.
@@ -143,6 +167,8 @@ func Inspect(ctx context.Context, rawURL string) ([]spec.Finding, error) {
 	if s.Inspect == nil {
 		return nil, fmt.Errorf("dlock: scheme %q has no deployment inspection: %w", u.Scheme, errors.ErrUnsupported)
 	}
+	ctx, cancel := boundOpen(ctx)
+	defer cancel()
 	return s.Inspect(ctx, u)
 }
 
@@ -161,6 +187,10 @@ func ParseURL(rawURL string) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: %w (want scheme://…, one of %s)", ErrInvalidURL, err, strings.Join(Schemes(), ", "))
 	}
 	if u.Scheme == "" {
+		if strings.Contains(rawURL, "@") {
+			// Without a scheme, "secret@host" is a path: Redacted does not hide it.
+			return nil, fmt.Errorf("%w: URL has no scheme (not shown: it may hold a password; want scheme://…, one of %s)", ErrInvalidURL, strings.Join(Schemes(), ", "))
+		}
 		return nil, fmt.Errorf("%w: %q has no scheme (want scheme://…, one of %s)", ErrInvalidURL, u.Redacted(), strings.Join(Schemes(), ", "))
 	}
 	return u, nil
@@ -175,8 +205,8 @@ const userinfoHint = "in a user name or password, %-escape what URLs reserve (@ 
 // known. A URL opener uses it instead of u.Query, which drops malformed pairs
 // silently (two clients whose typos differed would not exclude each other). Errors
 // name parameters, never values: a value may be a secret.
-func ParseQuery(u *url.URL, known ...string) (map[string]string, error) {
-	q := map[string]string{}
+func ParseQuery(u *url.URL, known ...string) (Query, error) {
+	q := Query{}
 	for pair := range strings.SplitSeq(u.RawQuery, "&") {
 		if pair == "" {
 			continue
@@ -202,6 +232,60 @@ func ParseQuery(u *url.URL, known ...string) (map[string]string, error) {
 		q[k] = v
 	}
 	return q, nil
+}
+
+// Query is a URL's query as ParseQuery read it: each parameter given, with its
+// value. Its methods read one parameter each, within bounds: every URL parameter of
+// every scheme has a floor and a ceiling (docs/connecting.md), so that no value
+// wraps, truncates or stalls a client. Their errors wrap ErrInvalidURL and name the
+// parameter, the value and the bounds: use them for values that are no secret.
+type Query map[string]string
+
+// Duration returns the parameter name as a Go duration ("250ms", "10s") within
+// [lo, hi], or def when the query does not give it.
+func (q Query) Duration(name string, def, lo, hi time.Duration) (time.Duration, error) {
+	return bounded(q, name, def, lo, hi, time.ParseDuration, "a Go duration")
+}
+
+// Int returns the parameter name as a decimal integer within [lo, hi], or def when
+// the query does not give it.
+func (q Query) Int(name string, def, lo, hi int) (int, error) {
+	return bounded(q, name, def, lo, hi, strconv.Atoi, "a whole number")
+}
+
+// Float returns the parameter name as a decimal number within [lo, hi] (never NaN
+// or infinite), or def when the query does not give it.
+func (q Query) Float(name string, def, lo, hi float64) (float64, error) {
+	return bounded(q, name, def, lo, hi, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }, "a number")
+}
+
+// bounded reads the parameter name of q with parse, within [lo, hi] (a NaN fails
+// both comparisons), or returns def when q does not give it; what names the kind of
+// value in the error.
+func bounded[T int | time.Duration | float64](q Query, name string, def, lo, hi T, parse func(string) (T, error), what string) (T, error) {
+	v, ok := q[name]
+	if !ok {
+		return def, nil
+	}
+	x, err := parse(v)
+	if err != nil || !(x >= lo && x <= hi) {
+		return 0, fmt.Errorf("%w: %s=%q: want %s from %v to %v", ErrInvalidURL, name, v, what, lo, hi)
+	}
+	return x, nil
+}
+
+// Bool returns the parameter name as true or false (or another spelling
+// strconv.ParseBool takes), or def when the query does not give it.
+func (q Query) Bool(name string, def bool) (bool, error) {
+	v, ok := q[name]
+	if !ok {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: %s=%q: want true or false", ErrInvalidURL, name, v)
+	}
+	return b, nil
 }
 
 // redactPair shortens a malformed parameter name for an error message: only the part

@@ -5,17 +5,20 @@ import "time"
 // Option configures one Acquire or TryAcquire call.
 type Option func(*AcquireOptions)
 
-// AcquireOptions is the resolved form of the Options given to one call. Backends that
-// do not use the shared Locker (peers, adapters) read it with ApplyOptions.
+// AcquireOptions is the resolved form of the Options given to one call: what the one
+// Locker every backend runs under (New) acts on — validation, the retry loop,
+// auto-renewal and the observer. Backends never see it: a driver is given the key and
+// the TTL, and the Holder through its context (driver.HolderFrom). Later options win.
 type AcquireOptions struct {
 	TTL       time.Duration // 0 means DefaultTTL (or the backend's session timeout)
 	Retry     RetryStrategy // nil means the Locker's default
 	AutoRenew bool
 	Observer  Observer // nil means none
+	Holder    Holder   // zero means none (WithHolder)
 }
 
-// ApplyOptions resolves opts in order; later options win.
-func ApplyOptions(opts ...Option) AcquireOptions {
+// applyOptions resolves opts in order; later options win.
+func applyOptions(opts ...Option) AcquireOptions {
 	var o AcquireOptions
 	for _, opt := range opts {
 		if opt != nil {
@@ -25,8 +28,8 @@ func ApplyOptions(opts ...Option) AcquireOptions {
 	return o
 }
 
-// WithTTL sets how long the lease lasts without a refresh. A ttl <= 0 makes the call
-// fail with ErrInvalidTTL. Backends whose leases last as long as a session
+// WithTTL sets how long the lease lasts without a refresh. A ttl <= 0 or above
+// MaxTTL makes the call fail with ErrInvalidTTL. Backends whose leases last as long as a session
 // (ZooKeeper, MySQL GET_LOCK) accept and ignore it; their Capabilities say so.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *AcquireOptions) {

@@ -60,7 +60,7 @@ func NewSemaphore(l Locker, key string, limit int) (*Semaphore, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if err := ValidateLimit(limit); err != nil {
+	if err := validateLimit(limit); err != nil {
 		return nil, err
 	}
 	sem := &Semaphore{c: c, obs: obs, key: key, limit: limit, try: s.TryLockSemaphore}
@@ -70,9 +70,9 @@ func NewSemaphore(l Locker, key string, limit int) (*Semaphore, error) {
 	return sem, nil
 }
 
-// ValidateLimit returns nil for a usable semaphore limit (1..MaxLimit) and an error
+// validateLimit returns nil for a usable semaphore limit (1..MaxLimit) and an error
 // wrapping ErrInvalidLimit otherwise.
-func ValidateLimit(limit int) error {
+func validateLimit(limit int) error {
 	if limit < 1 || limit > MaxLimit {
 		return fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, MaxLimit)
 	}

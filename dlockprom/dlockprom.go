@@ -15,6 +15,9 @@
 //	                                                 outcome is ok, not_held or error
 //	dlock_lease_ends_total{backend,reason}           leases that ended; reason is released,
 //	                                                 expired, lost, closed or other
+//	dlock_lease_losses_total{backend,cause}          leases that ended without their owner, by
+//	                                                 why (dlock.Cause): expired, unreachable,
+//	                                                 refused, deleted or session_ended
 //	dlock_leases_held{backend}                       leases granted and not yet ended
 //
 // Lock keys are deliberately not a label: they are unbounded, and a label per key would
@@ -56,6 +59,21 @@ const (
 	ReasonOther    = "other"
 )
 
+// Label values of the cause label of dlock_lease_losses_total: one per dlock.Cause.
+// A loss of expired is also counted under lease_ends_total{reason="expired"}, every
+// other under reason="lost".
+const (
+	CauseExpired     = "expired"       // dlock.CauseExpired
+	CauseUnreachable = "unreachable"   // dlock.CauseUnreachable
+	CauseRefused     = "refused"       // dlock.CauseRefused
+	CauseDeleted     = "deleted"       // dlock.CauseDeleted
+	CauseSession     = "session_ended" // dlock.CauseSession
+)
+
+// causes are the label values of the causes, in the order of dlock's Cause values
+// (CauseExpired is 1).
+var causes = []string{CauseExpired, CauseUnreachable, CauseRefused, CauseDeleted, CauseSession}
+
 // DefaultBuckets are the acquire-latency histogram buckets, in seconds: from 100µs (an
 // in-process lock) to 60s (a long wait behind another holder).
 var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -89,6 +107,7 @@ type Observer struct {
 	contended *prometheus.CounterVec
 	renewals  *prometheus.CounterVec
 	ends      *prometheus.CounterVec
+	losses    *prometheus.CounterVec
 	held      *prometheus.GaugeVec
 
 	backends sync.Map // backend name → *series
@@ -100,6 +119,7 @@ type series struct {
 	attempts, contended                 prometheus.Counter
 	renewOK, renewNotHeld, renewErr     prometheus.Counter
 	released, expired, lost, closed, ot prometheus.Counter
+	losses                              []prometheus.Counter // by dlock.Cause - 1
 	held                                prometheus.Gauge
 }
 
@@ -130,11 +150,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		contended: counter("acquire_contended_total", "Acquire and TryAcquire calls that found the lock held at least once.", "backend"),
 		renewals:  counter("renewals_total", "Lease refreshes, explicit or automatic, by outcome (ok, not_held, error).", "backend", "outcome"),
 		ends:      counter("lease_ends_total", "Leases that ended, by reason (released, expired, lost, closed, other).", "backend", "reason"),
+		losses:    counter("lease_losses_total", "Leases that ended without their owner, by cause (expired, unreachable, refused, deleted, session_ended).", "backend", "cause"),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: "leases_held",
 			Help: "Leases granted and not yet ended.", ConstLabels: c.labels}, []string{"backend"}),
 	}
 	var done []prometheus.Collector
-	for _, col := range []prometheus.Collector{o.acquire, o.attempts, o.contended, o.renewals, o.ends, o.held} {
+	for _, col := range []prometheus.Collector{o.acquire, o.attempts, o.contended, o.renewals, o.ends, o.losses, o.held} {
 		if err := reg.Register(col); err != nil {
 			for _, d := range done {
 				reg.Unregister(d)
@@ -165,6 +186,9 @@ func (o *Observer) series(backend string) *series {
 		closed:       o.ends.WithLabelValues(backend, ReasonClosed),
 		ot:           o.ends.WithLabelValues(backend, ReasonOther),
 		held:         o.held.WithLabelValues(backend),
+	}
+	for _, c := range causes {
+		s.losses = append(s.losses, o.losses.WithLabelValues(backend, c))
 	}
 	actual, _ := o.backends.LoadOrStore(backend, s)
 	return actual.(*series)
@@ -210,6 +234,9 @@ func (o *Observer) Observe(e dlock.Event) {
 			s.closed.Inc()
 		default:
 			s.ot.Inc()
+		}
+		if i := int(e.Cause) - 1; 0 <= i && i < len(s.losses) {
+			s.losses[i].Inc()
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/dlock-go/dlock/backends/memlock"
 	"github.com/dlock-go/dlock/dlockprom"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
-	_ "github.com/dlock-go/dlock/peers/bsmpeer"
 )
 
 func TestMain(m *testing.M) { servertest.Main(m) }
@@ -81,40 +80,6 @@ func expect(t *testing.T, reg *prometheus.Registry, want float64, name string, l
 	}
 }
 
-// TestPeerLeases: a peer's leases run under dlock's lease core too, so a Locker
-// opened by a peer+ URL reports to the Observer like a backend's.
-func TestPeerLeases(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	obs, err := dlockprom.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pl, err := dlock.Open(ctx, "peer+bsm://"+servertest.Redis(t).Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := dlock.Instrument(pl, obs)
-	defer l.Close()
-	ls, err := l.Acquire(ctx, t.Name(), dlock.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const backend = "bsm/redislock"
-	expect(t, reg, 1, "dlock_acquire_duration_seconds", "backend", backend, "outcome", "acquired")
-	expect(t, reg, 1, "dlock_leases_held", "backend", backend)
-	if err := ls.Refresh(ctx, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, reg, 1, "dlock_renewals_total", "backend", backend, "outcome", "ok")
-	if err := ls.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, reg, 0, "dlock_leases_held", "backend", backend)
-	expect(t, reg, 1, "dlock_lease_ends_total", "backend", backend, "reason", "released")
-}
-
 func TestAcquireRelease(t *testing.T) {
 	l, _, reg := setup(t)
 	ctx := context.Background()
@@ -178,6 +143,8 @@ func TestRenewalsAndLoss(t *testing.T) {
 	expect(t, reg, 1, "dlock_renewals_total", "backend", "mem", "outcome", "not_held")
 	expect(t, reg, 0, "dlock_renewals_total", "backend", "mem", "outcome", "error")
 	expect(t, reg, 1, "dlock_lease_ends_total", "backend", "mem", "reason", "lost")
+	expect(t, reg, 1, "dlock_lease_losses_total", "backend", "mem", "cause", "refused")
+	expect(t, reg, 0, "dlock_lease_losses_total", "backend", "mem", "cause", "expired")
 	expect(t, reg, 0, "dlock_leases_held", "backend", "mem")
 }
 
@@ -203,6 +170,7 @@ func TestExpiredAndClosed(t *testing.T) {
 	}
 	<-ls.Done()
 	expect(t, reg, 1, "dlock_lease_ends_total", "backend", "mem", "reason", "expired")
+	expect(t, reg, 1, "dlock_lease_losses_total", "backend", "mem", "cause", "expired")
 	if _, err := l.Acquire(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +229,42 @@ app_leases_held{backend="etcd",service="x"} 1
 	if n := testutil.CollectAndCount(reg, "app_lease_ends_total"); n != 5 {
 		t.Errorf("app_lease_ends_total has %d series, want 5", n)
 	}
+	if n := testutil.CollectAndCount(reg, "app_lease_losses_total"); n != 5 {
+		t.Errorf("app_lease_losses_total has %d series, want 5 (one per cause)", n)
+	}
+}
+
+// TestLossCauses: each dlock.Cause is counted under its own label, and only there;
+// a release or a close is no loss. (Real backends producing each cause:
+// backends/all's TestLossCauses.)
+func TestLossCauses(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	obs, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[dlock.Cause]string{
+		dlock.CauseExpired: "expired", dlock.CauseUnreachable: "unreachable", dlock.CauseRefused: "refused",
+		dlock.CauseDeleted: "deleted", dlock.CauseSession: "session_ended",
+	}
+	obs.Observe(dlock.Event{Kind: dlock.EventEnd, Backend: "etcd", Err: dlock.ErrReleased})
+	obs.Observe(dlock.Event{Kind: dlock.EventEnd, Backend: "etcd", Err: dlock.ErrClosed})
+	for c := range labels {
+		for range int(c) { // cause c is seen c times
+			obs.Observe(dlock.Event{Kind: dlock.EventEnd, Backend: "etcd", Err: &dlock.LossError{Cause: c}, Cause: c})
+		}
+	}
+	for c, label := range labels {
+		expect(t, reg, float64(c), "dlock_lease_losses_total", "backend", "etcd", "cause", label)
+	}
+	expect(t, reg, float64(dlock.CauseExpired), "dlock_lease_ends_total", "backend", "etcd", "reason", "expired")
+	lost := 0
+	for c := range labels {
+		if c != dlock.CauseExpired {
+			lost += int(c)
+		}
+	}
+	expect(t, reg, float64(lost), "dlock_lease_ends_total", "backend", "etcd", "reason", "lost")
 }
 
 func TestRegisterConflict(t *testing.T) {
@@ -303,6 +307,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 		{Kind: dlock.EventAcquire, Backend: "mem", Duration: time.Millisecond, Attempts: 1},
 		{Kind: dlock.EventRenew, Backend: "mem"},
 		{Kind: dlock.EventEnd, Backend: "mem", Err: dlock.ErrReleased},
+		{Kind: dlock.EventEnd, Backend: "mem", Err: &dlock.LossError{Cause: dlock.CauseDeleted}, Cause: dlock.CauseDeleted},
 	}
 	obs.Observe(events[0]) // the first event of a backend resolves its series
 	if n := testing.AllocsPerRun(100, func() {
@@ -310,7 +315,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 			obs.Observe(e)
 		}
 	}); n != 0 {
-		t.Errorf("Observe allocates %v times per 3 events, want 0", n)
+		t.Errorf("Observe allocates %v times per %d events, want 0", n, len(events))
 	}
 }
 

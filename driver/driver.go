@@ -32,7 +32,11 @@ type Driver interface {
 	// Close releases what the driver holds: the connections and clients it opened
 	// (not those it was given), subscriptions, background goroutines. dlock.New calls
 	// it once, when the Locker closes, after every wait has ended (their contexts are
-	// cancelled first) and every lease has been released or given up. It must not
+	// cancelled first), every lease has been released or given up, and the calls
+	// in flight (TryLock, Lock with its clean-up, Unlock, a Refresh the user called)
+	// have returned — or 3s after Close began, if some have not; an automatic renewal
+	// is cancelled, not waited for. Calls still running then fail on a closed driver,
+	// and must not panic. It must not
 	// block on a store that does not answer for longer than the store's own timeouts,
 	// and must leave no goroutine of the driver's running once it returns. Locks still
 	// held need not be released.
@@ -95,11 +99,71 @@ type Waiter interface {
 }
 
 // Sessioned is implemented by a Lock that its store can take away (a session that
-// expires, a connection that dies). Lost is closed when the store says the lock is
-// gone; Cause then says why.
+// expires, a connection that dies). Lost is closed when the lock is gone, or may be;
+// Cause then says why: a *LossError (possibly wrapped) says how the loss was learnt,
+// any other error counts as a LossSession.
 type Sessioned interface {
 	Lost() <-chan struct{}
 	Cause() error
+}
+
+// LossKind says how a Sessioned lock was lost (LossError).
+type LossKind int
+
+const (
+	// LossSession: the store ended the session or closed the connection that held the
+	// lock (a ZooKeeper session expired, a GET_LOCK connection killed or closed by a
+	// restart). The lock may be free already.
+	LossSession LossKind = iota + 1
+	// LossDeleted: the store reported the lock's own record deleted or taken over while
+	// the session lived (a ZooKeeper node or an etcd key deleted, an etcd lease
+	// revoked). The lock may be free already.
+	LossDeleted
+	// LossSilent: nothing was reported — the client lost touch with its store (no
+	// answer, a timeout) for so long that it gives the lock up. HeldUntil says until
+	// when the store keeps it at least.
+	LossSilent
+	// LossExpired: the store reported that the lock's TTL ran out on its clock
+	// before the client's own validity deadline (a client clock slower than the
+	// store's by more than the drift allowance; a test store told to expire it, as
+	// dlocktest's). The lease ends as at its deadline: dlock.CauseExpired, or
+	// dlock.CauseUnreachable for an auto-renewed lease. The lock may be free already.
+	LossExpired
+)
+
+// LossError is what a Sessioned lock's Cause returns (or wraps) to say how the lock
+// was lost: what dlock's Lease.Err classifies (dlock.LossError) and what decides how
+// a supervised command is stopped (dlock run kills it at once unless HeldUntil is
+// still ahead).
+type LossError struct {
+	Kind LossKind
+	// HeldUntil, for LossSilent, is the earliest moment, on this process's monotonic
+	// clock, at which the store may free the lock (end the session) and grant it to
+	// another owner; zero when that may have happened already.
+	HeldUntil time.Time
+	// Err says what happened.
+	Err error
+}
+
+func (e *LossError) Error() string {
+	if e.Err == nil {
+		return "lock lost"
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *LossError) Unwrap() error { return e.Err }
+
+// SessionDeadline is implemented by a Sessioned lock whose client can tell, while it
+// is cut off from its store, the earliest moment at which the store may end the
+// session and free the lock (ZooKeeper: a third of the negotiated session timeout,
+// less drift, after the client last had its session). ok is false while the client
+// is in touch with its store. Lost closes (LossSilent) at that deadline at the
+// latest; dlock.Deadline reports it, so that a supervisor can warn and stop what the
+// lock protects in time.
+type SessionDeadline interface {
+	SessionDeadline() (deadline time.Time, ok bool)
 }
 
 // ValidFrom is implemented by a Lock whose TTL did not start with the request that
@@ -123,11 +187,13 @@ type Info struct {
 	SessionTTL bool
 	// Drift is the clock drift allowed for a TTL: the local validity deadline is
 	// TTL − Drift(TTL) after the start of the request that set the TTL. Nil means
-	// DefaultDrift.
+	// StandardDrift.
 	Drift func(ttl time.Duration) time.Duration
 	// MinTTL is the shortest TTL the store can honour; shorter ones are ErrInvalidTTL.
 	MinTTL time.Duration
 }
 
-// DefaultDrift allows 1% of the TTL plus 2ms, as the Redlock description does.
-func DefaultDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+// StandardDrift is the clock drift allowed for a TTL when Info.Drift is nil: 1% of the
+// TTL plus 2ms, as the Redlock description does. (Named for what it computes: Default*
+// names in dlock are values, never functions.)
+func StandardDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }

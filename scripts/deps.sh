@@ -3,7 +3,8 @@
 # `dlock compare`). Idempotent: installs only what is missing.
 #
 # Debian/Ubuntu with apt-get: installs redis-server redis-tools mariadb-server
-# zookeeper faketime docker-compose gcc libc6-dev chromium libcurator-recipes-java (as root, or through sudo) and makes sure the
+# zookeeper postgresql-15 pgbouncer faketime docker-compose gcc libc6-dev chromium
+# libcurator-recipes-java (as root, or through sudo) and makes sure the
 # distribution's own daemons are not left running: internal/servers starts its own
 # servers on free loopback ports.
 #
@@ -19,8 +20,11 @@ set -euo pipefail
 # chromium (headless) renders the HTML report of `dlock compare` in the cmd/dlock tests.
 # libcurator-recipes-java (Apache Curator) runs beside dlock in backends/zklock's
 # TestCuratorInterop: the two share a semaphore and a read-write lock.
-PKGS=(redis-server redis-tools mariadb-server zookeeper faketime docker-compose gcc libc6-dev chromium libcurator-recipes-java)
-SERVICES=(redis-server mariadb mysql zookeeper)
+# postgresql-15 (Debian 12's PostgreSQL; internal/servers runs its programs from
+# /usr/lib/postgresql/15/bin as the "postgres" user the package creates) and pgbouncer
+# (backends/pglock's pooler tests) have no container image: local binaries only.
+PKGS=(redis-server redis-tools mariadb-server zookeeper postgresql-15 pgbouncer faketime docker-compose gcc libc6-dev chromium libcurator-recipes-java)
+SERVICES=(redis-server mariadb mysql zookeeper postgresql pgbouncer)
 if [ "${DLOCK_DEPS_DOCKER:-}" = 1 ]; then
 	PKGS+=(docker.io debootstrap)
 fi
@@ -31,13 +35,14 @@ if ! command -v apt-get >/dev/null 2>&1; then
 	cat >&2 <<'MSG'
 deps: apt-get not found; install the servers by hand, or use Docker:
   - local binaries wanted on PATH: redis-server, redis-cli, mariadbd + mariadb-install-db,
-    java + ZooKeeper jars (ZOOKEEPER_CLASSPATH), libfaketime (FAKETIME_LIB)
+    java + ZooKeeper jars (ZOOKEEPER_CLASSPATH), libfaketime (FAKETIME_LIB),
+    PostgreSQL 15 (initdb, postgres, pg_basebackup) and pgbouncer (no container image)
   - or run a Docker engine: the tests then start every missing server in a container
-    from its official image (testcontainers-go; see compose/README.md)
+    from its official image (through the docker command; see compose/README.md)
   - or: docker compose -f compose/docker-compose.yml up -d
     and export the addresses listed in compose/README.md (DLOCK_REDIS_ADDRS, DLOCK_MYSQL_DSN,
     DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS)
-  etcd needs nothing: it runs embedded in the test process.
+  etcd needs the Go toolchain only: its member binary is built from lab/ (make deps).
 MSG
 	exit 0
 fi

@@ -9,7 +9,7 @@
 #     mariadb-server, ZooKeeper's jars from libzookeeper-java — the zookeeper package
 #     itself would bring a whole desktop JRE — and a headless JRE), daemons kept from
 #     starting, the package's own database (/var/lib/mysql) removed;
-#  3. an etcd server built from go.etcd.io/etcd/server/v3 at the version go.mod names
+#  3. an etcd server built from go.etcd.io/etcd/server/v3 at the version lab/go.mod names
 #     (Debian has no etcd server package here), static, as /usr/local/bin/etcd;
 #  4. the tree packed as a tar in the cache directory, then `docker import`ed into
 #     the engine at $DOCKER_HOST (no `docker build`, no network in the engine).
@@ -29,9 +29,9 @@ log() { printf 'images.sh: %s\n' "$*" >&2; }
 PKGS=(redis-server mariadb-server libzookeeper-java libslf4j-java default-jre-headless)
 cache="${DLOCK_IMAGE_CACHE:-/var/cache/dlock-images}"
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}")
-etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' go.mod)
+etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' lab/go.mod)
 if [ -z "$etcd_version" ]; then
-	log "go.mod names no go.etcd.io/etcd/server/v3"
+	log "lab/go.mod names no go.etcd.io/etcd/server/v3"
 	exit 1
 fi
 for c in debootstrap docker go; do

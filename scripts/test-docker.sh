@@ -4,7 +4,7 @@
 #
 #  1. the image: scripts/images.sh builds it from Debian's packages (cached) and
 #     imports it; its DLOCK_*_IMAGE variables point internal/servers and compose/ at it;
-#  2. servers through testcontainers-go (DLOCK_SERVERS=docker, etcd included):
+#  2. servers in containers through the docker command (DLOCK_SERVERS=docker, etcd included):
 #     internal/servers' own tests (every kind, every fault method), the conformance
 #     suite of every backend and the fault campaign of every backend (one trial per
 #     scenario, no race detector: make test ran them both ways on local servers);
@@ -28,7 +28,7 @@ before=$(addrs)
 step "image"
 eval "$(bash scripts/images.sh)"
 
-step "servers through testcontainers-go: internal/servers, the conformance suite and the fault campaign of every backend"
+step "servers in containers: internal/servers, the conformance suite and the fault campaign of every backend"
 export DLOCK_SERVERS=docker
 # shellcheck disable=SC2086
 $GO test $TEST_FLAGS ./internal/servers/...

@@ -79,11 +79,15 @@ const (
 	// [Failoverer] consecutive grants across an asynchronous failover get strictly
 	// increasing fencing tokens (the property threatened: FencingMonotonic).
 	FailoverFencing Scenario = "FailoverFencing"
+	// [Failoverer] the other fact of FailoverFencing: the holders on both sides of the
+	// failover write through a fenced resource, which must refuse a token handed out
+	// twice (the property threatened: the resource's safety).
+	FailoverFencedWrite Scenario = "FailoverFencedWrite"
 )
 
 // Scenarios lists every scenario in the order conformance.RunFaults runs them.
 var Scenarios = []Scenario{HolderCrash, WaiterCrash, HolderPause, HolderPauseFenced, ServerRestart, Failover, FailoverFencing,
-	Partition, StoreHang, QuorumLoss, LeaderKill, LeaderKillLease, ClockJump, ClockJumpBareMajority}
+	FailoverFencedWrite, Partition, StoreHang, QuorumLoss, LeaderKill, LeaderKillLease, ClockJump, ClockJumpBareMajority}
 
 // Status is the outcome of one property under one scenario on one backend, or what
 // a declaration expects it to be.
@@ -95,6 +99,11 @@ const (
 	Violated      Status = "violated"       // violated in at least one trial (evidence attached)
 	Unavailable   Status = "unavailable"    // the lock service could not answer
 	NotApplicable Status = "not applicable" // the scenario does not apply to the backend
+
+	// NotExercised: every trial ran, but none did what the scenario needs to show
+	// anything (its fault took no effect while it mattered: no lease held when the
+	// server restarted, no grant before a failover). Never counted as held.
+	NotExercised Status = "not exercised"
 
 	// Sometimes is an expectation, never an outcome: a timing-dependent weakness that
 	// shows in some trials and not in others (e.g. a client library that learns of
@@ -126,6 +135,10 @@ type Capabilities struct {
 	Refresh bool
 	// MinTTL: the shortest TTL the backend honours (the suite uses at least 250ms).
 	MinTTL time.Duration
+	// DeletionSeen: how a holder learns that its lock was deleted behind its back (by
+	// an operator, as the suite's KeyDeleter does). The conformance suite checks that
+	// the lost lease's Err names the cause it implies (DoneAndErr).
+	DeletionSeen DeletionSeen
 	// FIFO: the store queues waiting Acquires and grants the lock in arrival order; a
 	// client that releases and asks again at once queues behind the waiters, and
 	// TryAcquire fails while anyone waits. Without FIFO a waiter may be overtaken
@@ -147,6 +160,11 @@ type Capabilities struct {
 	// guarantee holds, except that an unfenced resource sees a paused holder's
 	// write; see Expect).
 	FaultOutcomes map[Scenario]Status
+	// Inapplicable names the scenarios that cannot be exercised on the backend, with
+	// the reason (e.g. a store that keeps a silent holder's lock for hours grants no
+	// second client within a scenario's bound). They are expected, and reported, not
+	// applicable, with the reason as their evidence.
+	Inapplicable map[Scenario]string
 	// FaultTrials raises the number of trials of a scenario: for a Sometimes outcome,
 	// enough that the violation is likely to show at least once. It never lowers it.
 	FaultTrials map[Scenario]int
@@ -157,6 +175,22 @@ type Capabilities struct {
 	Election  *Primitive // leader election
 	MultiKey  *Primitive // all-or-nothing locks on a set of keys
 }
+
+// DeletionSeen says how a holder learns that its lock was deleted behind its back.
+type DeletionSeen string
+
+const (
+	// SeenByRefresh: nobody tells the holder; its next refresh (or release) finds the
+	// lock gone, and the lease ends with dlock.CauseRefused.
+	SeenByRefresh DeletionSeen = ""
+	// SeenByWatch: the client watches its lock's record (a ZooKeeper node, an etcd
+	// key): the lease ends at once, with dlock.CauseDeleted.
+	SeenByWatch DeletionSeen = "watch"
+	// SeenBySession: the lock is its session's (GET_LOCK): deleting it means ending
+	// the session (killing the connection), and the lease ends with
+	// dlock.CauseSession.
+	SeenBySession DeletionSeen = "session"
+)
 
 // Primitive declares what one coordination primitive beyond the mutex guarantees on a
 // backend. The suite checks the primitive's properties as it checks the mutex's:
@@ -180,19 +214,22 @@ type Primitive struct {
 // Weak reports whether p is a declared weakness.
 func (c Capabilities) Weak(p Property) bool { return slices.Contains(c.Weaknesses, p) }
 
-// Expect returns what the declaration predicts for scenario s: FaultOutcomes[s] if
-// set; otherwise Violated for HolderPause (no lease survives a pause of its holder
+// Expect returns what the declaration predicts for scenario s: NotApplicable if
+// Inapplicable names it; FaultOutcomes[s] if set; otherwise Violated for HolderPause (no lease survives a pause of its holder
 // without a fenced resource), NotApplicable for HolderPauseFenced and
 // FailoverFencing without Fencing (a backend whose tokens are all 0 cannot fence:
 // a fenced resource refuses token 0), and Held for everything else.
 func (c Capabilities) Expect(s Scenario) Status {
+	if _, ok := c.Inapplicable[s]; ok {
+		return NotApplicable
+	}
 	if st, ok := c.FaultOutcomes[s]; ok {
 		return st
 	}
 	switch s {
 	case HolderPause:
 		return Violated
-	case HolderPauseFenced, FailoverFencing:
+	case HolderPauseFenced, FailoverFencing, FailoverFencedWrite:
 		if !c.Fencing {
 			return NotApplicable
 		}

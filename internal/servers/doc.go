@@ -1,23 +1,28 @@
 // Package servers starts real servers for tests, benchmarks and the CLI:
 // Redis (single, independent masters, master+replica, cluster), MariaDB,
-// ZooKeeper (standalone, ensemble), etcd (embedded, single or cluster), and an
-// in-process TCP proxy for network faults. Tests use it through the
+// PostgreSQL (single, primary+streaming replica) and PgBouncer, ZooKeeper
+// (standalone, ensemble), etcd (single or cluster), and an in-process TCP proxy
+// for network faults. Tests use it through the
 // servertest sub-package, which adds t.Cleanup and the skip-or-fail policy.
 //
 // # Where servers come from
 //
-// Shared single servers (SharedRedis, SharedMySQL, SharedZooKeeper,
-// SharedEtcd) use, in order: an address from the environment
+// Shared single servers (SharedRedis, SharedMySQL, SharedPostgres,
+// SharedZooKeeper, SharedEtcd) use, in order: an address from the environment
 // (DLOCK_REDIS_ADDRS — the first of the comma list, DLOCK_MYSQL_DSN,
-// DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS), waited for until it answers; else a server
+// DLOCK_POSTGRES_URL, DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS), waited for until it answers; else a server
 // started on first use, like the private, faultable ones (Start*), from one of
 // two places:
 //
-//   - a local binary (redis-server; mariadbd + mariadb-install-db; java with
+//   - a local binary (redis-server; mariadbd + mariadb-install-db; Debian's
+//     PostgreSQL 15 in /usr/lib/postgresql/15/bin — initdb, postgres,
+//     pg_basebackup — run as the "postgres" user when this process is root, since
+//     PostgreSQL refuses to run as root; pgbouncer, likewise; java with
 //     Debian's /usr/share/java/zookeeper.jar, or $ZOOKEEPER_CLASSPATH /
-//     $ZOOKEEPER_HOME); etcd is embedded in this process (clusters: a process per
-//     member, this binary again);
-//   - a container of the server's image, started through testcontainers-go
+//     $ZOOKEEPER_HOME; for etcd the member binary of the lab module,
+//     lab/cmd/dlock-etcd, built from this checkout on first use and cached, or
+//     $DLOCK_ETCD_BIN — etcdbin.go: etcd's server is no dependency of this module);
+//   - a container of the server's image, started through the docker command
 //     (docker.go): the same command line, ports and temporary directory (mounted
 //     at its own path), on the host's network, bound to 127.0.0.1, as this
 //     process's user. Images (images.go): the official image of each server,
@@ -25,9 +30,10 @@
 //     DLOCK_ZOOKEEPER_IMAGE with DLOCK_ZOOKEEPER_IMAGE_CLASSPATH,
 //     DLOCK_ETCD_IMAGE).
 //
-// DLOCK_SERVERS chooses: "local" (binaries only), "docker" (containers only, etcd
-// included; a server about to start as a local process is then an error), or "auto" / unset: each kind from its binary when installed, else
-// from a container when a Docker engine answers (etcd stays embedded). The same
+// DLOCK_SERVERS chooses: "local" (binaries only), "docker" (containers only; a
+// server about to start as a local process is then an error), or "auto" / unset:
+// each kind from its binary when installed, else from a container when a Docker
+// engine answers. The same
 // handles and fault methods serve both ways: Kill is a SIGKILL of the process
 // group or `docker kill`, Pause a SIGSTOP or `docker pause` (the cgroup freezer),
 // Restart a new process or a new container on the same directory and ports,
@@ -41,6 +47,9 @@
 // A missing binary (without a Docker engine) yields a *MissingError (IsMissing)
 // holding the install command; servertest skips on it unless
 // DLOCK_REQUIRE_SERVERS=1.
+// PostgreSQL and PgBouncer have no container image: under DLOCK_SERVERS=docker
+// their Start functions return a *NoImageError (IsNoImage), on which servertest
+// skips, DLOCK_REQUIRE_SERVERS or not.
 // scripts/deps.sh (make deps) installs everything on Debian/Ubuntu.
 //
 // # Processes
@@ -51,25 +60,20 @@
 // nothing outlives a panic or a test time-out. Server output goes to a log file
 // in the temporary directory (LogPath); its tail is included in start-up
 // errors. Readiness is a real request (PING, a MySQL ping, ZooKeeper `srvr`,
-// etcd's ready notification), polled every 15ms until the context's deadline
+// etcd's Status), polled every 15ms until the context's deadline
 // (DefaultStartTimeout when it has none).
 //
-// Process handles (*Redis, *MySQL, *ZooKeeper) share these methods:
+// Every server handle (*Redis, *MySQL, *ZooKeeper, *Etcd) embeds one Process, the
+// handle of its process or container:
 //
-//	Addr() string
 //	Stop() error                                    // SIGTERM, wait (SIGKILL after a grace period)
 //	Kill() error                                    // SIGKILL the process group, wait
-//	Restart(ctx context.Context, keepData bool) error // same port; stops first if running
+//	Restart(ctx context.Context, keepData bool) error // same ports; stops first if running
 //	Pause() error; Resume() error                   // SIGSTOP / SIGCONT
 //	Close() error                                   // kill + remove temp dir; idempotent
-//	LogPath() string; External() bool
+//	Running() bool; LogPath() string; External() bool
 //
 // Fault methods on external servers return ErrExternal.
-//
-// *Etcd members are in-process: Stop (graceful close), Restart, Close; there is
-// no Pause or Kill (no signal for a part of this process). EtcdCluster members are
-// processes of their own (EtcdProcess): Kill is a SIGKILL. With
-// DLOCK_SERVERS=docker both run the etcd command in containers instead.
 //
 // # API
 //
@@ -85,31 +89,40 @@
 //	StartMySQL(ctx) (*MySQL, error); StartMySQLWith(ctx, MySQLOptions{TLS, Args})
 //	(*MySQL).NewDatabase(ctx) (dsn string, err error); DSN(db) string; DropDatabase(ctx, nameOrDSN) error
 //
+//	StartPostgres(ctx, PostgresOptions{TLS, HBA, Settings}) (*Postgres, error) // Addr(), URL(db), Exec(ctx, db, stmts...), NewDatabase(ctx), DropDatabase(ctx, name)
+//	StartPostgresReplicaPair(ctx, sync) (primary, replica *Postgres, err error)
+//	    replica: PauseReplication(ctx), ResumeReplication(ctx), WaitInSync(ctx), Promote(ctx), Link()
+//	StartPgBouncer(ctx, target, mode, users...) (*PgBouncer, error) // Addr(), URL(db), Mode()
+//
 //	StartZooKeeper(ctx) (*ZooKeeper, error)                   // Addrs(), Mode(ctx), FourLetter(ctx, cmd)
 //	StartZooKeeperWith(ctx, ZooKeeperOptions{TLS})            // the client port speaks TLS only (Netty)
 //	StartZooKeeperEnsemble(ctx, n) (*ZKEnsemble, error)       // Nodes, Addrs(), Leader(ctx), KillLeader(ctx), Close()
 //
-//	StartEtcd(ctx) (*Etcd, error)                             // in this process: Endpoints(), Stop(), Restart(ctx, keep)
+//	StartEtcd(ctx) (*Etcd, error)                             // a member process: Endpoints(), Name()
 //	StartEtcdWith(ctx, EtcdOptions{TLS})                      // (*Etcd).Admin(), EnableAuth(ctx, rootPassword)
-//	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // a process per member (EtcdMemberMain): Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
+//	StartEtcdCluster(ctx, n) (*EtcdCluster, error)            // Members, Endpoints(), Leader(ctx), KillLeader(ctx), Close()
+//	EtcdBinary() (string, error)                              // the member binary (built and cached on first use)
 //
 //	NewPKI() (*PKI, error)                                    // a throw-away CA: CAFile, Server*, Client*, ClientTLS(), URLQuery()
+//	NewPKIFor(hosts ...string) (*PKI, error)                  // the same, its server certificate for exactly hosts
 //
-//	NewProxy(target) (*Proxy, error)                          // Addr(), Cut(), Blackhole(), Stall(), Restore(), Close()
+//	NewProxy(target) (*Proxy, error)                          // Addr(), Cut(), Blackhole(), Stall(), Hold(match), LoseReply(match), Restore(), Close()
 //
-//	SharedRedis(ctx), SharedMySQL(ctx), SharedZooKeeper(ctx), SharedEtcd(ctx); Shutdown()
+//	SharedRedis(ctx), SharedMySQL(ctx), SharedPostgres(ctx), SharedZooKeeper(ctx), SharedEtcd(ctx); Shutdown()
 //
 // Leader and KillLeader wait (bounded by ctx) until the cluster agrees on one
 // leader; KillLeader returns the member it killed (SIGKILL of its process).
 //
 // # Test helpers (package servertest)
 //
-//	Main(m *testing.M)                      // from TestMain: EtcdMemberMain, run, Shutdown, fail on leaked child processes or containers
+//	Main(m *testing.M)                      // from TestMain: run, Shutdown, fail on leaked child processes or containers
 //	Redis(t) *Redis; MySQL(t) *MySQL; ZooKeeper(t) *ZooKeeper; Etcd(t) *Etcd   // shared, do not fault
 //	MySQLDSN(t) string; NewDatabase(t, *MySQL) string                           // fresh database, dropped at cleanup
-//	NewRedis(t, RedisOptions) *Redis; NewMySQL(t); NewZooKeeper(t); NewEtcd(t) // private
+//	Postgres(t); NewPostgres(t, PostgresOptions); PostgresDatabase(t, *Postgres) string
+//	PostgresReplicaPair(t, sync) (primary, replica); PgBouncer(t, target, mode, users...)
+//	NewRedis(t, RedisOptions); NewMySQL(t, MySQLOptions); NewZooKeeper(t, ZooKeeperOptions); NewEtcd(t, EtcdOptions) // private
 //	RedisMasters(t, n); RedisReplicaPair(t) (m, r); RedisCluster(t, n); RedisSentinelGroup(t, replicas, sentinels)
-//	SecureRedis(t, pki, admin, user, password, rules); NewMySQLWith(t, o); NewZooKeeperWith(t, o); NewEtcdWith(t, o); PKI(t)
+//	SecureRedis(t, pki, admin, user, password, rules); PKI(t)
 //	Open(t, url) dlock.Locker; Findings(t, url) map[string]spec.Finding   // dlock.Open and dlock.Inspect for tests
 //	ZKEnsemble(t, n); EtcdCluster(t, n); Proxy(t, target)
 //	LeaderKills(kill) func(testing.TB)      // a conformance.LeaderKiller fault: restart the last victim, kill the leader
@@ -136,5 +149,9 @@
 // Cut closes every connection and closes new ones at once (errors, fast).
 // Blackhole keeps connections open and drops every byte (time-outs; the bytes
 // are lost). Stall holds bytes back without dropping them (a lagging link;
-// Restore delivers them). Restore returns to forwarding.
+// Restore delivers them). Hold(match) stalls only the requests that contain match
+// (a key name: one lock's requests stall, the others' go through). LoseReply(match)
+// lets the next request containing match reach the server and closes its connection
+// when the reply comes back, undelivered (a reply lost after the command ran).
+// Restore returns to forwarding.
 package servers

@@ -1,10 +1,12 @@
 package servers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,23 +14,18 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
-	"github.com/testcontainers/testcontainers-go"
-	tclog "github.com/testcontainers/testcontainers-go/log"
 )
 
 // Servers in containers: every container runs one server's usual command line
 // (the same flags, ports and paths as the local binary would get) from the
-// server's image (images.go), started through testcontainers-go, with
+// server's image (images.go), started through the docker command (the engine at
+// DOCKER_HOST, or the CLI's default), with
 //   - host networking: the server binds 127.0.0.1 on the port freePort chose, so
 //     clients, proxies and peers reach it exactly as a local process; no container
 //     gets an address of its own, and no network is created;
 //   - the server's temporary directory bind-mounted at the same path (data, logs,
 //     the clock-offset file), plus read-only mounts of what else it needs (the
-//     clock shim);
+//     clock shim, the PKI);
 //   - this process's uid:gid, so the files it leaves are the caller's to remove.
 //
 // Faults go through the engine: Kill is `docker kill` (SIGKILL), Stop is `docker
@@ -36,10 +33,8 @@ import (
 // pause`/`unpause` (the cgroup freezer: every thread stopped when Pause returns, as
 // with SIGSTOP), Restart starts a new container on the same directory and ports.
 // A container is removed as soon as it has exited and its output is in the log
-// file. Ryuk (testcontainers' reaper container) is disabled unless the caller set
-// TESTCONTAINERS_RYUK_DISABLED: this package removes its own containers, and a
-// container left by a test binary that was killed is removed by the next one
-// (containers carry their owner's host name and pid as labels).
+// file; a container left by a test binary that was killed is removed by the next
+// one (containers carry their owner's host name and pid as labels).
 
 // Labels on every container this package starts.
 const (
@@ -51,77 +46,71 @@ const (
 // start-up's deadline: a first pull can take minutes).
 const imagePullTimeout = 10 * time.Minute
 
+// dockerCallTimeout bounds one engine call (create, kill, pause, inspect, ...).
+const dockerCallTimeout = time.Minute
+
 var engine struct {
 	mu     sync.Mutex
 	tried  bool
+	used   bool // a container was started or looked for: Containers lists
 	err    error
-	prov   *testcontainers.DockerProvider
-	cli    client.APIClient
 	images map[string]error
 }
 
 var containerSeq atomic.Int64
 
-// dockerAvailable connects to the Docker engine (once per process: DOCKER_HOST,
-// the testcontainers configuration, or the default socket) and reports whether it
-// answers.
-func dockerAvailable() error {
-	_, _, err := dockerEngine()
-	return err
+// docker runs the docker command with args, bounded by ctx, and returns its
+// standard output, trimmed; a failure holds its standard error.
+func docker(ctx context.Context, args ...string) (string, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return strings.TrimSpace(out.String()), fmt.Errorf("docker %s: %s", args[0], msg)
+	}
+	return strings.TrimSpace(out.String()), nil
 }
 
-func dockerEngine() (*testcontainers.DockerProvider, client.APIClient, error) {
+// dockerCall is docker bounded by dockerCallTimeout.
+func dockerCall(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dockerCallTimeout)
+	defer cancel()
+	return docker(ctx, args...)
+}
+
+// dockerAvailable reports (once per process) whether the docker command is
+// installed and its engine answers; the first success sweeps the stale containers
+// of this host.
+func dockerAvailable() error {
 	engine.mu.Lock()
 	defer engine.mu.Unlock()
 	if engine.tried {
-		return engine.prov, engine.cli, engine.err
+		return engine.err
 	}
 	engine.tried = true
-	if _, set := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !set {
-		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	if _, err := exec.LookPath("docker"); err != nil {
+		engine.err = errors.New("no Docker engine answers: the docker command is not installed")
+		return engine.err
 	}
-	quiet := tclog.NewNoopLogger()
-	tclog.SetDefault(quiet)
-	type result struct {
-		prov *testcontainers.DockerProvider
-		err  error
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := docker(ctx, "version", "--format", "{{.Server.Version}}"); err != nil {
+		engine.err = fmt.Errorf("no Docker engine answers: %w", err)
+		return engine.err
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// "host" as the default network: testcontainers would otherwise create a
-		// bridge network when the engine has none (dockerd --bridge=none).
-		p, err := testcontainers.NewDockerProvider(testcontainers.WithDefaultBridgeNetwork("host"), testcontainers.WithLogger(quiet))
-		ch <- result{p, err}
-	}()
-	select {
-	case r := <-ch:
-		engine.prov, engine.err = r.prov, r.err
-	case <-time.After(15 * time.Second):
-		engine.err = errors.New("no answer in 15s")
-	}
-	if engine.err != nil {
-		engine.err = fmt.Errorf("no Docker engine answers: %w", engine.err)
-		return nil, nil, engine.err
-	}
-	engine.cli = engine.prov.Client()
 	engine.images = map[string]error{}
-	sweepStaleContainers(engine.cli)
-	return engine.prov, engine.cli, nil
-}
-
-// closeDocker drops the engine connection's idle sockets (the engine stays usable).
-func closeDocker() {
-	engine.mu.Lock()
-	defer engine.mu.Unlock()
-	if engine.cli != nil {
-		engine.cli.Close()
-	}
+	engine.used = true
+	sweepStaleContainers()
+	return nil
 }
 
 // ensureImage makes sure the engine has image, pulling it once if it lacks it.
 func ensureImage(image string) error {
-	prov, cli, err := dockerEngine()
-	if err != nil {
+	if err := dockerAvailable(); err != nil {
 		return err
 	}
 	engine.mu.Lock()
@@ -131,9 +120,10 @@ func ensureImage(image string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), imagePullTimeout)
 	defer cancel()
-	if _, err = cli.ImageInspect(ctx, image); err != nil {
+	_, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", image)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "servers: pulling image %s (not in the Docker engine)\n", image)
-		if perr := prov.PullImage(ctx, image); perr != nil {
+		if _, perr := docker(ctx, "pull", "--quiet", image); perr != nil {
 			err = fmt.Errorf("image %s is not in the Docker engine and pulling it failed: %w (build or load it, or point %s at another image)",
 				image, perr, imageVarOf(image))
 		} else {
@@ -165,54 +155,43 @@ func imageContent(image string) (string, error) {
 	if err := ensureImage(image); err != nil {
 		return "", err
 	}
-	_, cli, err := dockerEngine()
-	if err != nil {
-		return "", err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := cli.ImageInspect(ctx, image)
+	out, err := dockerCall("image", "inspect", "--format", `{{.Id}} {{range .RootFS.Layers}}{{.}},{{end}}`, image)
 	if err != nil {
 		return "", fmt.Errorf("image %s: %w", image, err)
 	}
-	if len(res.RootFS.Layers) == 0 {
-		return res.ID, nil
+	id, layers, _ := strings.Cut(out, " ")
+	if layers = strings.TrimSuffix(layers, ","); layers == "" {
+		return id, nil
 	}
-	return strings.Join(res.RootFS.Layers, ","), nil
+	return layers, nil
 }
 
 var nameChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
-// containerRequest is the request for one container of image running cmd with the
-// host's network, dir (read-write) and ro (read-only) mounted at their own paths.
-func containerRequest(kind, image string, cmd, env []string, dir string, ro []string) testcontainers.ContainerRequest {
-	envMap := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		envMap[k] = v
-	}
-	binds := []string{dir + ":" + dir}
-	for _, m := range ro {
-		binds = append(binds, m+":"+m+":ro")
-	}
+// runArgs are the arguments of `docker run` for one detached container of image
+// running cmd with the host's network, as this process's user, in dir (mounted
+// read-write at its own path) with ro mounted read-only, labelled with its owner
+// (labels override the owner's pid, for tests).
+func runArgs(kind, image string, cmd, env []string, dir string, ro []string, labels ...string) (name string, args []string) {
 	host, _ := os.Hostname()
-	return testcontainers.ContainerRequest{
-		Image:      image,
-		Entrypoint: cmd[:1],
-		Cmd:        cmd[1:],
-		Env:        envMap,
-		Name: fmt.Sprintf("dlock-%s-%d-%d", nameChars.ReplaceAllString(kind, "-"), os.Getpid(),
-			containerSeq.Add(1)),
-		Labels: map[string]string{labelHost: host, labelPID: strconv.Itoa(os.Getpid())},
-		ConfigModifier: func(c *container.Config) {
-			c.User = fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
-			c.WorkingDir = dir
-		},
-		HostConfigModifier: func(hc *container.HostConfig) {
-			hc.NetworkMode = "host"
-			hc.Binds = binds
-		},
+	name = fmt.Sprintf("dlock-%s-%d-%d", nameChars.ReplaceAllString(kind, "-"), os.Getpid(), containerSeq.Add(1))
+	args = []string{"run", "--detach", "--name", name, "--network", "host",
+		"--user", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), "--workdir", dir,
+		"--volume", dir + ":" + dir, "--entrypoint", cmd[0],
+		"--label", labelHost + "=" + host}
+	if len(labels) == 0 {
+		labels = []string{labelPID + "=" + strconv.Itoa(os.Getpid())}
 	}
+	for _, l := range labels {
+		args = append(args, "--label", l)
+	}
+	for _, m := range ro {
+		args = append(args, "--volume", m+":"+m+":ro")
+	}
+	for _, kv := range env {
+		args = append(args, "--env", kv)
+	}
+	return name, append(append(args, image), cmd[1:]...)
 }
 
 // startContainer runs the proc's command line in a new container of p.image; p.mu
@@ -222,59 +201,63 @@ func (p *proc) startContainer(logf *os.File) (chan struct{}, error) {
 	if err := ensureImage(p.image); err != nil {
 		return nil, err
 	}
-	prov, cli, err := dockerEngine()
-	if err != nil {
-		return nil, err
-	}
+	kind, _, _ := strings.Cut(p.name, " ")
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultStartTimeout)
 	defer cancel()
-	kind, _, _ := strings.Cut(p.name, " ")
-	req := containerRequest(kind, p.image, append([]string{p.path}, p.args...), p.env, p.dir, p.mounts)
-	c, err := prov.CreateContainer(ctx, req)
-	if err == nil {
-		err = c.Start(ctx)
-	}
+	name, args := runArgs(kind, p.image, append([]string{p.path}, p.args...), p.env, p.dir, p.mounts)
+	id, err := docker(ctx, args...)
 	if err != nil {
-		if c != nil {
-			_, _ = cli.ContainerRemove(ctx, c.GetContainerID(), client.ContainerRemoveOptions{Force: true})
-		}
+		_, _ = dockerCall("rm", "--force", name) // created, perhaps, but not started
 		return nil, fmt.Errorf("%s: container of %s: %w", p.name, p.image, err)
 	}
-	id := c.GetContainerID()
 	p.ctrID = id
+	// Every goroutine that serves this container starts before startContainer returns
+	// (a leak check that snapshots the goroutines after a server started must see them
+	// all): the log follower, its waiter, and docker wait's output copiers.
+	logs := exec.Command("docker", "logs", "--follow", id)
+	logs.Stdout, logs.Stderr = logf, logf
+	logsDone := make(chan struct{})
+	if err := logs.Start(); err != nil {
+		fmt.Fprintf(logf, "(container logs: %v)\n", err)
+		close(logsDone)
+	} else {
+		go func() { _ = logs.Wait(); close(logsDone) }()
+	}
+	// docker wait prints the exit status once the container has stopped.
+	var waitOut, waitErr bytes.Buffer
+	wait := exec.Command("docker", "wait", id)
+	wait.Stdout, wait.Stderr = &waitOut, &waitErr
+	startErr := wait.Start()
 	done := make(chan struct{})
 	go func() {
-		bg := context.Background()
-		logsDone := make(chan struct{})
-		go func() {
-			defer close(logsDone)
-			rc, err := cli.ContainerLogs(bg, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
-			if err != nil {
-				fmt.Fprintf(logf, "(container logs: %v)\n", err)
-				return
-			}
-			defer rc.Close()
-			_, _ = stdcopy.StdCopy(logf, logf, rc)
-		}()
-		w := cli.ContainerWait(bg, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 		var exit error
-		select {
-		case r := <-w.Result:
-			if r.StatusCode != 0 {
-				exit = fmt.Errorf("exit status %d", r.StatusCode)
+		err := startErr
+		if err == nil {
+			err = wait.Wait()
+		}
+		out := strings.TrimSpace(waitOut.String())
+		switch code, cerr := strconv.Atoi(out); {
+		case err != nil:
+			if msg := strings.TrimSpace(waitErr.String()); msg != "" {
+				err = errors.New(msg)
 			}
-		case err := <-w.Error:
-			exit = err
+			exit = fmt.Errorf("docker wait: %w", err)
+		case cerr != nil:
+			exit = fmt.Errorf("docker wait: %q", out)
+		case code != 0:
+			exit = fmt.Errorf("exit status %d", code)
 		}
 		select {
 		case <-logsDone:
 		case <-time.After(5 * time.Second):
+			if logs.Process != nil {
+				_ = logs.Process.Kill()
+			}
+			<-logsDone
 		}
 		fmt.Fprintf(logf, "=== %s container %.12s exited (%v)\n", time.Now().Format(time.RFC3339Nano), id, exit)
 		logf.Close()
-		rctx, rcancel := context.WithTimeout(bg, 30*time.Second)
-		_, _ = cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true})
-		rcancel()
+		_, _ = dockerCall("rm", "--force", id)
 		p.mu.Lock()
 		p.waitErr = exit
 		p.mu.Unlock()
@@ -283,18 +266,18 @@ func (p *proc) startContainer(logf *os.File) (chan struct{}, error) {
 	return done, nil
 }
 
-// containerCall runs one engine call on the proc's current container.
-func (p *proc) containerCall(f func(ctx context.Context, cli client.APIClient, id string) error) error {
-	_, cli, err := dockerEngine()
-	if err != nil {
-		return err
-	}
+// containerCall runs `docker verb [args] <container>` on the proc's current
+// container; an answer that says the container is gone or stopped already counts as
+// done when gone is set.
+func (p *proc) containerCall(gone bool, verb string, args ...string) error {
 	p.mu.Lock()
 	id := p.ctrID
 	p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := f(ctx, cli, id); err != nil {
+	_, err := dockerCall(append(append([]string{verb}, args...), id)...)
+	if err != nil && gone && isNotRunning(err) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	return nil
@@ -313,40 +296,18 @@ func (p *proc) unpauseFirst() {
 
 func (p *proc) killContainer() error {
 	p.unpauseFirst()
-	return p.containerCall(func(ctx context.Context, cli client.APIClient, id string) error {
-		_, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"})
-		if err != nil && isNotRunning(err) {
-			return nil
-		}
-		return err
-	})
+	return p.containerCall(true, "kill", "--signal", "SIGKILL")
 }
 
 func (p *proc) stopContainer(grace time.Duration) error {
 	p.unpauseFirst()
 	secs := int((grace + time.Second - 1) / time.Second)
-	return p.containerCall(func(ctx context.Context, cli client.APIClient, id string) error {
-		_, err := cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
-		if err != nil && isNotRunning(err) {
-			return nil
-		}
-		return err
-	})
+	return p.containerCall(true, "stop", "-t", strconv.Itoa(secs))
 }
 
-func (p *proc) pauseContainer() error {
-	return p.containerCall(func(ctx context.Context, cli client.APIClient, id string) error {
-		_, err := cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
-		return err
-	})
-}
+func (p *proc) pauseContainer() error { return p.containerCall(false, "pause") }
 
-func (p *proc) resumeContainer() error {
-	return p.containerCall(func(ctx context.Context, cli client.APIClient, id string) error {
-		_, err := cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
-		return err
-	})
-}
+func (p *proc) resumeContainer() error { return p.containerCall(false, "unpause") }
 
 // isNotRunning reports an engine error saying the container is gone or stopped
 // already (it exited, or is being removed).
@@ -356,78 +317,61 @@ func isNotRunning(err error) bool {
 		strings.Contains(s, "removal of container") || strings.Contains(s, "not found")
 }
 
-// runContainerOnce runs cmd to its end in a container of image (host network; rw
-// and the working directory dir mounted read-write) and returns its output; a
-// non-zero exit is an error holding the output's tail.
+// runContainerOnce runs cmd to its end in a container of image (host network; the
+// working directory dir mounted read-write) and returns its output; a non-zero exit
+// is an error holding the output's tail.
 func runContainerOnce(ctx context.Context, kind, image string, cmd []string, dir string) (string, error) {
 	if err := ensureImage(image); err != nil {
 		return "", err
 	}
-	prov, cli, err := dockerEngine()
+	what := strings.Join(cmd, " ") + " in a container of " + image
+	name, args := runArgs(kind, image, cmd, nil, dir, nil)
+	id, err := docker(ctx, args...)
+	defer func() { _, _ = dockerCall("rm", "--force", name) }()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	req := containerRequest(kind, image, cmd, nil, dir, nil)
-	c, err := prov.CreateContainer(ctx, req)
-	if err == nil {
-		err = c.Start(ctx)
-	}
-	if c != nil {
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = cli.ContainerRemove(rctx, c.GetContainerID(), client.ContainerRemoveOptions{Force: true})
-		}()
-	}
+	status, err := docker(ctx, "wait", id)
 	if err != nil {
-		return "", fmt.Errorf("%s in a container of %s: %w", strings.Join(cmd, " "), image, err)
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	w := cli.ContainerWait(ctx, c.GetContainerID(), client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
-	var code int64
-	select {
-	case r := <-w.Result:
-		code = r.StatusCode
-	case err := <-w.Error:
-		return "", fmt.Errorf("%s in a container of %s: %w", strings.Join(cmd, " "), image, err)
-	}
-	var out strings.Builder
-	if rc, err := cli.ContainerLogs(ctx, c.GetContainerID(), client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true}); err == nil {
-		_, _ = stdcopy.StdCopy(&out, &out, rc)
-		rc.Close()
-	}
-	if code != 0 {
-		return out.String(), fmt.Errorf("%s in a container of %s: exit status %d\n%s", strings.Join(cmd, " "), image, code, tail(out.String(), 25))
+	var out bytes.Buffer
+	logs := exec.CommandContext(ctx, "docker", "logs", id)
+	logs.Stdout, logs.Stderr = &out, &out
+	_ = logs.Run()
+	if status != "0" {
+		return out.String(), fmt.Errorf("%s: exit status %s\n%s", what, status, tail(out.String(), 25))
 	}
 	return out.String(), nil
 }
 
 // ownContainers lists the containers this package started in this process (or, with
-// pid 0, on this host by any process): name and owner pid.
-func ownContainers(ctx context.Context, cli client.APIClient, pid int) (map[string]int, error) {
+// pid 0, on this host by any process): id and owner pid.
+func ownContainers(pid int) (map[string]int, error) {
 	host, _ := os.Hostname()
-	f := client.Filters{}
-	f = f.Add("label", labelHost+"="+host)
+	args := []string{"ps", "--all", "--no-trunc", "--filter", "label=" + labelHost + "=" + host}
 	if pid != 0 {
-		f = f.Add("label", labelPID+"="+strconv.Itoa(pid))
+		args = append(args, "--filter", "label="+labelPID+"="+strconv.Itoa(pid))
 	}
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	out, err := dockerCall(append(args, "--format", `{{.ID}} {{.Label "`+labelPID+`"}}`)...)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
-	for _, c := range res.Items {
-		owner, _ := strconv.Atoi(c.Labels[labelPID])
-		out[c.ID] = owner
+	cs := map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		id, owner, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		cs[id], _ = strconv.Atoi(owner)
 	}
-	return out, nil
+	return cs, nil
 }
 
 // sweepStaleContainers removes the containers of this host whose owner process is
 // gone (a test binary that was killed before it could close its servers).
-func sweepStaleContainers(cli client.APIClient) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := ownContainers(ctx, cli, 0)
+func sweepStaleContainers() {
+	cs, err := ownContainers(0)
 	if err != nil {
 		return
 	}
@@ -436,7 +380,7 @@ func sweepStaleContainers(cli client.APIClient) {
 			continue
 		}
 		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_, _ = cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+			_, _ = dockerCall("rm", "--force", id)
 		}
 	}
 }
@@ -447,15 +391,12 @@ func sweepStaleContainers(cli client.APIClient) {
 // when no Docker engine was used.
 func Containers(remove bool) []string {
 	engine.mu.Lock()
-	cli := engine.cli
+	used := engine.used
 	engine.mu.Unlock()
-	if cli == nil {
+	if !used {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	defer cli.Close() // its idle connections: nothing may be left running
-	cs, err := ownContainers(ctx, cli, os.Getpid())
+	cs, err := ownContainers(os.Getpid())
 	if err != nil {
 		return []string{"(listing containers: " + err.Error() + ")"}
 	}
@@ -463,7 +404,7 @@ func Containers(remove bool) []string {
 	for id := range cs {
 		out = append(out, id[:min(12, len(id))])
 		if remove {
-			_, _ = cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+			_, _ = dockerCall("rm", "--force", id)
 		}
 	}
 	return out

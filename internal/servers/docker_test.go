@@ -10,23 +10,29 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/moby/moby/client"
 )
 
 // needEngine skips t without a Docker engine, unless DLOCK_SERVERS=docker asks for
 // one: then it fails.
-func needEngine(t *testing.T) client.APIClient {
+func needEngine(t *testing.T) {
 	t.Helper()
-	_, cli, err := dockerEngine()
-	if err != nil {
+	if err := dockerAvailable(); err != nil {
 		if dockerOnly() {
 			t.Fatalf("%s=docker: %v", EnvServers, err)
 		}
 		// CI runs these under DLOCK_SERVERS=docker (make test-docker), where this fails.
 		t.Skipf("no Docker engine: %v; install and run one: make deps-docker, then scripts/dockerd.sh env %s=docker go test ./internal/servers/", err, EnvServers)
 	}
-	return cli
+}
+
+// inspect is `docker inspect --format format id`.
+func inspect(t *testing.T, id, format string) string {
+	t.Helper()
+	out, err := dockerCall("inspect", "--format", format, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestSourceFor(t *testing.T) {
@@ -76,7 +82,7 @@ func TestSourceFor(t *testing.T) {
 // address of its own, binds 127.0.0.1 only, runs as this process's user, and is gone
 // (no container left) once closed.
 func TestContainerLoopbackOnly(t *testing.T) {
-	cli := needEngine(t)
+	needEngine(t)
 	t.Setenv(EnvServers, "docker")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -89,21 +95,15 @@ func TestContainerLoopbackOnly(t *testing.T) {
 	if !r.p.inContainer() {
 		t.Fatalf("%s=docker started a local redis-server", EnvServers)
 	}
-	in, err := cli.ContainerInspect(ctx, r.p.ctrID, client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if mode := inspect(t, r.p.ctrID, "{{.HostConfig.NetworkMode}}"); mode != "host" {
+		t.Errorf("network mode %q, want host", mode)
 	}
-	c := in.Container
-	if c.HostConfig.NetworkMode != "host" {
-		t.Errorf("network mode %q, want host", c.HostConfig.NetworkMode)
+	nets := inspect(t, r.p.ctrID, `{{range $name, $ep := .NetworkSettings.Networks}}{{$name}}={{$ep.IPAddress}}/{{$ep.GlobalIPv6Address}} {{end}}`)
+	if nets != "host=/" {
+		t.Errorf("networks %q: want only the host's network, no address of its own", nets)
 	}
-	for name, ep := range c.NetworkSettings.Networks {
-		if name != "host" || ep.IPAddress.IsValid() || ep.GlobalIPv6Address.IsValid() {
-			t.Errorf("network %q with addresses %v %v: want only the host's network, no address of its own", name, ep.IPAddress, ep.GlobalIPv6Address)
-		}
-	}
-	if want := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid()); c.Config.User != want {
-		t.Errorf("user %q, want %q", c.Config.User, want)
+	if user, want := inspect(t, r.p.ctrID, "{{.Config.User}}"), strconv.Itoa(os.Getuid())+":"+strconv.Itoa(os.Getgid()); user != want {
+		t.Errorf("user %q, want %q", user, want)
 	}
 	bind, err := r.Do(ctx, "CONFIG", "GET", "bind")
 	if err != nil || !regexp.MustCompile(`^bind\n127\.0\.0\.1$`).MatchString(bind) {
@@ -124,7 +124,7 @@ func TestContainerLoopbackOnly(t *testing.T) {
 // that was killed) is removed by the next process that uses the engine; one whose
 // owner lives is left alone.
 func TestSweepStaleContainers(t *testing.T) {
-	cli := needEngine(t)
+	needEngine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dead := exec.Command("true")
@@ -133,30 +133,22 @@ func TestSweepStaleContainers(t *testing.T) {
 	}
 	dir := t.TempDir()
 	start := func(owner int) string {
-		req := containerRequest("sweep-test", RedisImage.Name(), []string{"sleep", "300"}, nil, dir, nil)
-		req.Labels[labelPID] = strconv.Itoa(owner)
-		if err := ensureImage(req.Image); err != nil {
+		if err := ensureImage(RedisImage.Name()); err != nil {
 			t.Fatal(err)
 		}
-		prov, _, _ := dockerEngine()
-		c, err := prov.CreateContainer(ctx, req)
-		if err == nil {
-			err = c.Start(ctx)
-		}
+		name, args := runArgs("sweep-test", RedisImage.Name(), []string{"sleep", "300"}, nil, dir, nil, labelPID+"="+strconv.Itoa(owner))
+		id, err := docker(ctx, args...)
+		t.Cleanup(func() { _, _ = dockerCall("rm", "--force", name) })
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := c.GetContainerID()
-		t.Cleanup(func() {
-			_, _ = cli.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
-		})
 		return id
 	}
 	stale := start(dead.Process.Pid)
 	live := start(os.Getpid())
-	sweepStaleContainers(cli)
+	sweepStaleContainers()
 	exists := func(id string) bool {
-		_, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		_, err := dockerCall("inspect", "--format", "{{.Id}}", id)
 		return err == nil
 	}
 	if exists(stale) {

@@ -2,44 +2,41 @@ package servers
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
-// Etcd is one etcd member embedded in this process (go.etcd.io/etcd/server/v3/embed),
-// or an external one from DLOCK_ETCD_ADDRS. Being in-process it cannot be
-// paused (no SIGSTOP in-process) nor killed (an embedded member stopped abruptly
-// while it serves can crash the whole process: EtcdCluster runs members in
-// processes of their own for that): Stop closes it gracefully, Restart brings it
-// back on the same ports.
+// Etcd is one etcd member running as a process of its own — the etcd member binary
+// (etcdbin.go: lab/cmd/dlock-etcd, built once and cached), or with
+// DLOCK_SERVERS=docker the etcd command in a container of EtcdImage, on the same
+// command line — or an external one from DLOCK_ETCD_ADDRS. As every other server,
+// it can be stopped (SIGTERM: a leader hands leadership over first), killed
+// (SIGKILL: it dies mid-request, as a crashed server does), paused (SIGSTOP) and
+// restarted on its data. Restart(keepData false) is only possible for a single
+// member (a cluster member would need to be removed and re-added).
 type Etcd struct {
+	Process // temp root: data/, etcd.log
 	name    string
-	dir     string // temp root: data/, etcd.log
 	client  string // host:port
 	peer    string
 	initial string // initial-cluster
 	token   string
+	member  bool // one of an EtcdCluster's members
 	ext     []string
 
 	tls *PKI // clients must speak TLS and present a certificate
 
 	mu      sync.Mutex
-	e       *embed.Etcd  // nil while stopped
-	started bool         // data dir holds a member already
-	root    string       // root's password once EnableAuth ran
-	ctr     *EtcdProcess // with DLOCK_SERVERS=docker: the member, in a container (e stays nil)
-
-	closed closer
+	started bool   // the data directory holds the member already
+	root    string // root's password once EnableAuth ran
 }
 
 // Addr is host:port of the client URL.
@@ -57,145 +54,111 @@ func (e *Etcd) Endpoints() []string {
 // Name is the member name.
 func (e *Etcd) Name() string { return e.name }
 
-// External reports whether the server came from the environment.
-func (e *Etcd) External() bool { return len(e.ext) > 0 }
-
-// LogPath is the member's log file (level error; "" for external servers).
-func (e *Etcd) LogPath() string {
-	if e.External() {
-		return ""
-	}
-	return filepath.Join(e.dir, "etcd.log")
-}
-
-// Embedded returns the running embedded server (nil when stopped or external).
-func (e *Etcd) Embedded() *embed.Etcd {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.e
-}
-
-// Running reports whether the member is up (true for external servers).
-func (e *Etcd) Running() bool {
-	if e.ctr != nil {
-		return e.ctr.Running()
-	}
-	return e.External() || e.Embedded() != nil
-}
-
 func externalEtcd(addrs []string) *Etcd { return &Etcd{client: addrs[0], ext: addrs} }
 
-func newEtcd(name string, client, peer int, initial, token string) (*Etcd, error) {
+// newEtcd configures a member on the given ports (nothing is started).
+func newEtcd(name string, client, peer int, initial, token string, tls *PKI) (*Etcd, error) {
+	bin, image, err := command("etcd", EtcdImage, etcdBinary)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := tempDir("etcd")
 	if err != nil {
 		return nil, err
 	}
-	return &Etcd{
-		name: name, dir: dir,
-		client: hostPort(client), peer: hostPort(peer),
-		initial: initial, token: token,
-	}, nil
-}
-
-func (e *Etcd) config(state string) *embed.Config {
-	cfg := embed.NewConfig()
-	cfg.Name = e.name
-	cfg.Dir = filepath.Join(e.dir, "data")
-	cu := url.URL{Scheme: "http", Host: e.client}
-	if e.tls != nil {
-		cu.Scheme = "https"
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: e.tls.ServerCert, KeyFile: e.tls.ServerKey,
-			TrustedCAFile: e.tls.CAFile, ClientCertAuth: true}
+	e := &Etcd{
+		Process: Process{dir: dir, grace: 30 * time.Second},
+		name:    name, client: hostPort(client), peer: hostPort(peer),
+		initial: initial, token: token, tls: tls,
 	}
-	pu := url.URL{Scheme: "http", Host: e.peer}
-	cfg.ListenClientUrls = []url.URL{cu}
-	cfg.AdvertiseClientUrls = []url.URL{cu}
-	cfg.ListenPeerUrls = []url.URL{pu}
-	cfg.AdvertisePeerUrls = []url.URL{pu}
-	cfg.InitialCluster = e.initial
-	cfg.InitialClusterToken = e.token
-	cfg.ClusterState = state
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{filepath.Join(e.dir, "etcd.log")}
-	cfg.SocketOpts.ReuseAddress = true
-	// Every client that logs in (EnableAuth) has its password checked with bcrypt: at
-	// the default cost that takes long enough under -race, with the member in the
-	// test process, to starve the renewals of other clients' leases.
-	cfg.BcryptCost = 4
-	return cfg
+	e.p = &proc{name: "etcd " + name, path: bin, dir: dir, logPath: filepath.Join(dir, "etcd.log"),
+		image: image, mounts: tls.mounts()}
+	e.wipe = e.wipeData
+	e.relaunch = e.launch
+	return e, nil
 }
 
-// flags is config as the etcd command's flags (a member in a container), for a
-// member whose data directory holds it already when existing.
+// wipeData removes the member's data: it starts as a new member next time.
+func (e *Etcd) wipeData() error {
+	if e.member {
+		return errors.New("servers: Restart(keepData=false) of an etcd cluster member is not supported")
+	}
+	if err := os.RemoveAll(filepath.Join(e.dir, "data")); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.started = false
+	e.mu.Unlock()
+	return nil
+}
+
+// flags is the member's configuration as the etcd command's flags (which the etcd
+// member binary takes too), for a member whose data directory holds it already when
+// existing.
 func (e *Etcd) flags(existing bool) []string {
-	state := embed.ClusterStateFlagNew
+	state := "new"
 	if existing {
-		state = embed.ClusterStateFlagExisting
+		state = "existing"
 	}
-	cfg := e.config(state)
+	scheme := "http"
+	if e.tls != nil {
+		scheme = "https"
+	}
 	args := []string{
-		"--name=" + cfg.Name,
-		"--data-dir=" + cfg.Dir,
-		"--listen-client-urls=" + cfg.ListenClientUrls[0].String(),
-		"--advertise-client-urls=" + cfg.AdvertiseClientUrls[0].String(),
-		"--listen-peer-urls=" + cfg.ListenPeerUrls[0].String(),
-		"--initial-advertise-peer-urls=" + cfg.AdvertisePeerUrls[0].String(),
-		"--initial-cluster=" + cfg.InitialCluster,
-		"--initial-cluster-token=" + cfg.InitialClusterToken,
-		"--initial-cluster-state=" + cfg.ClusterState,
-		"--log-level=" + cfg.LogLevel,
-		"--log-outputs=" + strings.Join(cfg.LogOutputs, ","),
+		"--name=" + e.name,
+		"--data-dir=" + filepath.Join(e.dir, "data"),
+		"--listen-client-urls=" + scheme + "://" + e.client,
+		"--advertise-client-urls=" + scheme + "://" + e.client,
+		"--listen-peer-urls=http://" + e.peer,
+		"--initial-advertise-peer-urls=http://" + e.peer,
+		"--initial-cluster=" + e.initial,
+		"--initial-cluster-token=" + e.token,
+		"--initial-cluster-state=" + state,
+		"--log-level=error",
+		"--log-outputs=stderr",
 		"--socket-reuse-address=true",
-		fmt.Sprintf("--bcrypt-cost=%d", cfg.BcryptCost),
+		// Every client that logs in (EnableAuth) has its password checked with bcrypt:
+		// at the default cost that takes long enough under load to starve the renewals
+		// of other clients' leases.
+		"--bcrypt-cost=4",
 	}
-	if ti := cfg.ClientTLSInfo; !ti.Empty() {
-		args = append(args, "--cert-file="+ti.CertFile, "--key-file="+ti.KeyFile,
-			"--trusted-ca-file="+ti.TrustedCAFile, fmt.Sprintf("--client-cert-auth=%t", ti.ClientCertAuth))
+	if t := e.tls; t != nil {
+		args = append(args, "--cert-file="+t.ServerCert, "--key-file="+t.ServerKey,
+			"--trusted-ca-file="+t.CAFile, "--client-cert-auth=true")
 	}
 	return args
 }
 
-// launch starts the embedded server; it does not wait for readiness.
-func (e *Etcd) launch() error {
+// launch starts the member's process and waits until it answers on its client URL.
+func (e *Etcd) launch(ctx context.Context) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.e != nil {
-		return fmt.Errorf("etcd %s: already running", e.name)
+	e.p.args = e.flags(e.started)
+	e.mu.Unlock()
+	if err := e.p.start(); err != nil {
+		return err
 	}
-	state := embed.ClusterStateFlagNew
-	if e.started {
-		state = embed.ClusterStateFlagExisting
-	}
-	srv, err := embed.StartEtcd(e.config(state))
+	e.mu.Lock()
+	e.started = true
+	e.mu.Unlock()
+	return e.waitServing(ctx)
+}
+
+// waitServing polls the member's status until it answers, its process exits or ctx
+// ends. A member serves its clients only once it is ready (it has joined its
+// cluster).
+func (e *Etcd) waitServing(ctx context.Context) error {
+	cli, err := e.Admin()
 	if err != nil {
-		return fmt.Errorf("etcd %s: %w; log:\n%s", e.name, err, tailFile(e.LogPath(), 20))
+		return err
 	}
-	e.e, e.started = srv, true
-	return nil
+	defer cli.Close()
+	return e.p.waitReady(ctx, func(ctx context.Context) error {
+		_, err := cli.Status(ctx, e.client)
+		return err
+	})
 }
 
-// waitReady waits until the member has joined its cluster and serves.
-func (e *Etcd) waitReady(ctx context.Context) error {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	srv := e.Embedded()
-	if srv == nil {
-		return fmt.Errorf("etcd %s: not running", e.name)
-	}
-	select {
-	case <-srv.Server.ReadyNotify():
-		return nil
-	case err := <-srv.Err():
-		return fmt.Errorf("etcd %s: %w; log:\n%s", e.name, err, tailFile(e.LogPath(), 20))
-	case <-srv.Server.StopNotify():
-		return fmt.Errorf("etcd %s stopped during start-up; log:\n%s", e.name, tailFile(e.LogPath(), 20))
-	case <-ctx.Done():
-		return fmt.Errorf("etcd %s not ready: %w; log:\n%s", e.name, ctx.Err(), tailFile(e.LogPath(), 20))
-	}
-}
-
-// StartEtcd starts a single-member etcd in this process and waits until it
-// serves.
+// StartEtcd starts a single-member etcd and waits until it serves.
 func StartEtcd(ctx context.Context) (*Etcd, error) { return StartEtcdWith(ctx, EtcdOptions{}) }
 
 // EtcdOptions configures a member started by StartEtcdWith.
@@ -205,40 +168,19 @@ type EtcdOptions struct {
 	TLS *PKI
 }
 
-// StartEtcdWith starts a single-member etcd configured by o in this process and
-// waits until it serves. With DLOCK_SERVERS=docker the member runs in a container
-// of EtcdImage instead (the etcd command, the same configuration).
+// StartEtcdWith starts a single-member etcd configured by o and waits until it
+// serves.
 func StartEtcdWith(ctx context.Context, o EtcdOptions) (*Etcd, error) {
-	if dockerOnly() {
-		if err := dockerAvailable(); err != nil {
-			return nil, fmt.Errorf("servers: %s=docker, but etcd cannot run in a container: %w", EnvServers, err)
-		}
-	}
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	name := "etcd0"
-	e, err := newEtcd(name, ports[0], ports[1], name+"=http://"+hostPort(ports[1]), "dlock-"+filepath.Base(os.TempDir()))
+	e, err := newEtcd(name, ports[0], ports[1], name+"=http://"+hostPort(ports[1]), "dlock-"+filepath.Base(os.TempDir()), o.TLS)
 	if err != nil {
 		return nil, err
 	}
-	e.tls = o.TLS
-	if dockerOnly() {
-		e.ctr = newEtcdProcess(e, "")
-		e.ctr.p.mounts = o.TLS.mounts()
-		if err := e.ctr.launch(ctx); err != nil {
-			e.ctr.Kill()
-			os.RemoveAll(e.dir)
-			return nil, err
-		}
-		return e, nil
-	}
-	if err := e.launch(); err != nil {
-		os.RemoveAll(e.dir)
-		return nil, err
-	}
-	if err := e.waitReady(ctx); err != nil {
+	if err := e.launch(ctx); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -284,70 +226,13 @@ func (e *Etcd) EnableAuth(ctx context.Context, rootPassword string) error {
 	return nil
 }
 
-// Stop closes the member gracefully (a leader hands leadership over first) and
-// waits until it has stopped. No-op when stopped.
-func (e *Etcd) Stop() error {
-	if e.External() {
-		return ErrExternal
-	}
-	if e.ctr != nil {
-		return e.ctr.Stop()
-	}
-	e.mu.Lock()
-	srv := e.e
-	e.e = nil
-	e.mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	srv.Close()
-	<-srv.Server.StopNotify()
-	return nil
+// EtcdCluster is an etcd cluster of member processes.
+type EtcdCluster struct {
+	Members []*Etcd
 }
 
-// Restart stops the member if running and starts it again on the same ports.
-// keepData=false wipes its data first; that is only possible for a single
-// member (a cluster member would need to be removed and re-added).
-func (e *Etcd) Restart(ctx context.Context, keepData bool) error {
-	if e.External() {
-		return ErrExternal
-	}
-	if err := e.Stop(); err != nil {
-		return err
-	}
-	if !keepData {
-		if err := os.RemoveAll(filepath.Join(e.dir, "data")); err != nil {
-			return err
-		}
-		e.mu.Lock()
-		e.started = false
-		e.mu.Unlock()
-		if e.ctr != nil {
-			e.ctr.started = false
-		}
-	}
-	if e.ctr != nil {
-		return e.ctr.launch(ctx)
-	}
-	if err := e.launch(); err != nil {
-		return err
-	}
-	return e.waitReady(ctx)
-}
-
-// Close stops the member and removes its temporary directory. Idempotent.
-func (e *Etcd) Close() error {
-	return e.closed.do(func() error {
-		if e.External() {
-			return nil
-		}
-		return joinErrs(e.Stop(), os.RemoveAll(e.dir))
-	})
-}
-
-// newEtcdMembers configures the n members of a new cluster on free ports (nothing
-// is started).
-func newEtcdMembers(n int) ([]*Etcd, error) {
+// StartEtcdCluster starts n members and waits until they agree on a leader.
+func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("servers: etcd cluster size %d", n)
 	}
@@ -360,16 +245,91 @@ func newEtcdMembers(n int) ([]*Etcd, error) {
 		initial = append(initial, fmt.Sprintf("etcd%d=http://%s", i+1, hostPort(ports[2*i+1])))
 	}
 	token := fmt.Sprintf("dlock-%d-%d", os.Getpid(), time.Now().UnixNano())
-	var ms []*Etcd
+	c := &EtcdCluster{}
 	for i := range n {
-		m, err := newEtcd(fmt.Sprintf("etcd%d", i+1), ports[2*i], ports[2*i+1], strings.Join(initial, ","), token)
+		m, err := newEtcd(fmt.Sprintf("etcd%d", i+1), ports[2*i], ports[2*i+1], strings.Join(initial, ","), token, nil)
 		if err != nil {
-			for _, m := range ms {
-				os.RemoveAll(m.dir)
-			}
+			c.Close()
 			return nil, err
 		}
-		ms = append(ms, m)
+		m.member = true
+		c.Members = append(c.Members, m)
 	}
-	return ms, nil
+	err = parallel(n, func(i int) error { return c.Members[i].launch(ctx) })
+	if err == nil {
+		_, err = c.Leader(ctx)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Endpoints returns every member's client address (running or not).
+func (c *EtcdCluster) Endpoints() []string {
+	return addrsOf(c.Members)
+}
+
+// Leader waits until every running member names the same leader, one of them, and
+// returns it.
+func (c *EtcdCluster) Leader(ctx context.Context) (*Etcd, error) {
+	cli, err := etcdAdmin(c.Endpoints())
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	var leader *Etcd
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
+		leader = c.agreedLeader(ctx, cli)
+		return leader != nil
+	}); err != nil {
+		return nil, fmt.Errorf("etcd cluster: no agreed leader: %w", err)
+	}
+	return leader, nil
+}
+
+// agreedLeader is the member every running member names as the leader, or nil.
+func (c *EtcdCluster) agreedLeader(ctx context.Context, cli *clientv3.Client) *Etcd {
+	var leader *Etcd
+	var lead uint64
+	for _, m := range c.Members {
+		if !m.Running() {
+			continue
+		}
+		sctx, scancel := context.WithTimeout(ctx, time.Second)
+		st, err := cli.Status(sctx, m.Addr())
+		scancel()
+		if err != nil || st.Leader == 0 || (lead != 0 && st.Leader != lead) {
+			return nil
+		}
+		lead = st.Leader
+		if st.Header.MemberId == st.Leader {
+			leader = m
+		}
+	}
+	return leader
+}
+
+// KillLeader kills the current leader's process (SIGKILL) and returns it.
+func (c *EtcdCluster) KillLeader(ctx context.Context) (*Etcd, error) {
+	l, err := c.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l, l.Kill()
+}
+
+// Close kills every member and removes their directories.
+func (c *EtcdCluster) Close() error {
+	errs := make([]error, len(c.Members))
+	for i, m := range c.Members {
+		errs[i] = m.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// etcdAdmin is a quiet client for status checks.
+func etcdAdmin(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }

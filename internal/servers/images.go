@@ -8,9 +8,8 @@ import (
 )
 
 // EnvServers chooses where servers come from: "local" (binaries on this machine
-// only), "docker" (containers only, etcd included), or "" / "auto" (the default:
-// each kind from its local binary when installed, else from a container when a
-// Docker engine answers; etcd is embedded).
+// only), "docker" (containers only), or "" / "auto" (the default: each kind from its
+// local binary when installed, else from a container when a Docker engine answers).
 const EnvServers = "DLOCK_SERVERS"
 
 // The images servers run from in containers: the official image of each server,
@@ -31,7 +30,7 @@ var (
 	// release's lib directory.
 	ZooKeeperClassPath = Image{Env: "DLOCK_ZOOKEEPER_IMAGE_CLASSPATH", Default: "/conf:/apache-zookeeper-3.8.4-bin/lib/*"}
 	// EtcdImage runs etcd (the etcd command line, /usr/local/bin/etcd), the
-	// version of the go.etcd.io/etcd modules in go.mod.
+	// version of the go.etcd.io/etcd modules in lab/go.mod.
 	EtcdImage = Image{Env: "DLOCK_ETCD_IMAGE", Default: "gcr.io/etcd-development/etcd:v3.7.3"}
 )
 
@@ -95,8 +94,7 @@ func sourceFor(what string, haveLocal func() error) (serverSource, error) {
 	}
 }
 
-// dockerOnly reports whether DLOCK_SERVERS=docker asks for containers even where
-// this process has its own server (etcd, embedded).
+// dockerOnly reports whether DLOCK_SERVERS=docker asks for containers only.
 func dockerOnly() bool { return strings.TrimSpace(os.Getenv(EnvServers)) == "docker" }
 
 // command resolves how one kind of server runs: the local binary that local finds,

@@ -18,30 +18,17 @@ import (
 )
 
 // MySQL is one MariaDB server (mariadbd), or an external MySQL/MariaDB given by
-// DLOCK_MYSQL_DSN. Clients connect as root over TCP to 127.0.0.1.
+// DLOCK_MYSQL_DSN. Clients connect as root over TCP to 127.0.0.1. Restart(keepData
+// false) replaces its data with a fresh initialised copy.
 type MySQL struct {
-	addr string
-	dir  string // temp root: data/, mariadb.log, sock
-	p    *proc
+	Process // temp root: data/, mariadb.log, sock
+	addr    string
 
 	extCfg *mysql.Config // external: the DSN from the environment
-
-	closed closer
 }
 
 // Addr is host:port.
 func (m *MySQL) Addr() string { return m.addr }
-
-// LogPath is the server's log file ("" for external servers).
-func (m *MySQL) LogPath() string {
-	if m.p == nil {
-		return ""
-	}
-	return m.p.logPath
-}
-
-// External reports whether the server came from the environment.
-func (m *MySQL) External() bool { return m.p == nil }
 
 func (m *MySQL) dataDir() string { return filepath.Join(m.dir, "data") }
 
@@ -185,17 +172,23 @@ func StartMySQLWith(ctx context.Context, o MySQLOptions) (*MySQL, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &MySQL{dir: dir}
+	m := &MySQL{Process: Process{dir: dir, grace: 30 * time.Second}}
+	m.wipe = func() error {
+		tmpl, err := mariadbTemplateDir(context.Background(), m.p.path, m.p.image)
+		if err != nil {
+			return err
+		}
+		if err := os.RemoveAll(m.dataDir()); err != nil {
+			return err
+		}
+		return copyDir(tmpl, m.dataDir())
+	}
+	m.relaunch = func(ctx context.Context) error { return m.p.startReady(ctx, m.ready) }
 	if err := copyDir(tmpl, m.dataDir()); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	err = onFreePort(ctx, func(port int) (*proc, func(context.Context) error, error) {
 		m.addr = hostPort(port)
 		m.p = &proc{
 			name: "mariadbd " + m.addr,
@@ -229,17 +222,13 @@ func StartMySQLWith(ctx context.Context, o MySQLOptions) (*MySQL, error) {
 			m.p.args = append(m.p.args, "--ssl-ca="+o.TLS.CAFile, "--ssl-cert="+o.TLS.ServerCert, "--ssl-key="+o.TLS.ServerKey)
 		}
 		m.p.args = append(m.p.args, o.Args...)
-		err = m.p.startReady(ctx, m.ready)
-		if err == nil {
-			return m, nil
-		}
-		if attempt < 3 && m.p.addrInUse() {
-			_ = os.Remove(m.p.logPath)
-			continue
-		}
+		return m.p, m.ready, nil
+	})
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	return m, nil
 }
 
 func (m *MySQL) ready(ctx context.Context) error {
@@ -301,71 +290,4 @@ func (m *MySQL) DropDatabase(ctx context.Context, nameOrDSN string) error {
 	defer db.Close()
 	_, err = db.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`")
 	return err
-}
-
-// Stop shuts the server down gracefully (SIGTERM) and waits.
-func (m *MySQL) Stop() error {
-	if m.p == nil {
-		return ErrExternal
-	}
-	return m.p.stop(30 * time.Second)
-}
-
-// Kill sends SIGKILL and waits until the server is gone.
-func (m *MySQL) Kill() error {
-	if m.p == nil {
-		return ErrExternal
-	}
-	return m.p.kill()
-}
-
-// Pause freezes the server (SIGSTOP).
-func (m *MySQL) Pause() error {
-	if m.p == nil {
-		return ErrExternal
-	}
-	return m.p.pause()
-}
-
-// Resume continues a paused server (SIGCONT).
-func (m *MySQL) Resume() error {
-	if m.p == nil {
-		return ErrExternal
-	}
-	return m.p.resume()
-}
-
-// Restart stops the server if running (gracefully; Kill first for a crash),
-// replaces its data with a fresh initialised copy unless keepData, and starts
-// it again on the same port.
-func (m *MySQL) Restart(ctx context.Context, keepData bool) error {
-	if m.p == nil {
-		return ErrExternal
-	}
-	if err := m.p.stop(30 * time.Second); err != nil {
-		return err
-	}
-	if !keepData {
-		tmpl, err := mariadbTemplateDir(ctx, m.p.path, m.p.image)
-		if err != nil {
-			return err
-		}
-		if err := os.RemoveAll(m.dataDir()); err != nil {
-			return err
-		}
-		if err := copyDir(tmpl, m.dataDir()); err != nil {
-			return err
-		}
-	}
-	return m.p.startReady(ctx, m.ready)
-}
-
-// Close kills the server and removes its temporary directory. Idempotent.
-func (m *MySQL) Close() error {
-	return m.closed.do(func() error {
-		if m.p == nil {
-			return nil
-		}
-		return joinErrs(m.p.kill(), os.RemoveAll(m.dir))
-	})
 }

@@ -18,7 +18,8 @@ import (
 )
 
 // PKI is a throw-away certificate authority for servers started with TLS: a CA, a
-// server certificate valid for 127.0.0.1, ::1 and localhost, and a client
+// server certificate valid for 127.0.0.1, ::1 and localhost (or the hosts given to
+// NewPKIFor), and a client
 // certificate, as PEM files in a directory (ECDSA P-256 keys in PKCS#8, which
 // redis-server, MariaDB, ZooKeeper's PEM key store and Go all read). Nothing of it
 // is trusted by the system.
@@ -32,8 +33,9 @@ type PKI struct {
 	// ClientCert and ClientKey are a client certificate (CN ClientName) and its key.
 	ClientCert, ClientKey string
 
-	pool   *x509.CertPool
-	client tls.Certificate
+	pool       *x509.CertPool
+	client     tls.Certificate
+	serverName string // what ClientTLS verifies the server as ("": the address dialled)
 }
 
 // ClientName is the common name of a PKI's client certificate.
@@ -41,12 +43,18 @@ const ClientName = "dlock-test-client"
 
 // NewPKI generates a CA and its certificates into a new temporary directory; Close
 // removes it.
-func NewPKI() (*PKI, error) {
+func NewPKI() (*PKI, error) { return NewPKIFor() }
+
+// NewPKIFor is NewPKI with a server certificate valid for exactly hosts (DNS names
+// and IP addresses) instead of 127.0.0.1, ::1 and localhost: NewPKIFor("localhost")
+// makes a certificate that a client verifying the server by its IP address refuses.
+// ClientTLS then verifies the server as hosts[0].
+func NewPKIFor(hosts ...string) (*PKI, error) {
 	dir, err := tempDir("pki")
 	if err != nil {
 		return nil, err
 	}
-	p, err := newPKI(dir)
+	p, err := newPKI(dir, hosts)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -54,8 +62,22 @@ func NewPKI() (*PKI, error) {
 	return p, nil
 }
 
-func newPKI(dir string) (*PKI, error) {
+func newPKI(dir string, hosts []string) (*PKI, error) {
 	p := &PKI{Dir: dir}
+	var dnsNames []string
+	var ips []net.IP
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dnsNames = append(dnsNames, h)
+		}
+	}
+	if len(hosts) == 0 {
+		dnsNames, ips = []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	} else {
+		p.serverName = hosts[0]
+	}
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -98,8 +120,7 @@ func newPKI(dir string) (*PKI, error) {
 			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		}
 		if server {
-			t.DNSNames = []string{"localhost"}
-			t.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+			t.DNSNames, t.IPAddresses = dnsNames, ips
 		}
 		certDER, err = x509.CreateCertificate(rand.Reader, t, ca, &key.PublicKey, caKey)
 		if err != nil {
@@ -145,12 +166,12 @@ func writePEM(path, kind string, der []byte) error {
 }
 
 // ClientTLS returns a client configuration that trusts the PKI's CA and presents
-// its client certificate.
+// its client certificate (verifying the server as NewPKIFor's first host, if any).
 func (p *PKI) ClientTLS() *tls.Config {
-	return &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}, MinVersion: tls.VersionTLS12}
+	return &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}, MinVersion: tls.VersionTLS12, ServerName: p.serverName}
 }
 
-// URLQuery returns the TLS query parameters of a lock URL (internal/tlsurl) that
+// URLQuery returns the TLS query parameters of a lock URL (backends/internal/tlsurl) that
 // trusts the PKI's CA, presents its client certificate, and verifies the server
 // as "localhost".
 func (p *PKI) URLQuery() string {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,23 @@ func missing(what, pkg string) error {
 func IsMissing(err error) bool {
 	var m *MissingError
 	return errors.As(err, &m)
+}
+
+// NoImageError reports a server kind that runs from local binaries only (it has no
+// container image here), asked for under DLOCK_SERVERS=docker, which allows
+// containers only.
+type NoImageError struct {
+	What string // e.g. "PostgreSQL"
+}
+
+func (e *NoImageError) Error() string {
+	return fmt.Sprintf("servers: %s=docker, but %s has no container image: it runs from local binaries only", EnvServers, e.What)
+}
+
+// IsNoImage reports whether err says a server kind has no container image.
+func IsNoImage(err error) bool {
+	var n *NoImageError
+	return errors.As(err, &n)
 }
 
 // lookPath finds a binary on PATH or in the usual sbin directories (mariadbd
@@ -121,12 +139,184 @@ func freePorts(n int) ([]int, error) {
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
+// onFreePort starts the server that launch configures for a free loopback port and
+// waits until it serves (the readiness check launch returns). When another process
+// took the port between its choice and the server's bind, it tries again with
+// another, three times at most. launch's error ends the attempts.
+func onFreePort(ctx context.Context, launch func(port int) (*proc, func(context.Context) error, error)) error {
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		p, ready, err := launch(port)
+		if err != nil {
+			return err
+		}
+		err = p.startReady(ctx, ready)
+		if err == nil || attempt >= 3 || !p.addrInUse() {
+			return err
+		}
+		_ = os.Remove(p.logPath)
+	}
+}
+
+// poll runs check every interval until it returns true, or until ctx ends (bounded by
+// DefaultStartTimeout when it has no deadline): then it returns ctx's error.
+func poll(ctx context.Context, interval time.Duration, check func(ctx context.Context) bool) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for !check(ctx) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+	return nil
+}
+
 // withDefaultTimeout gives ctx a deadline when it has none.
 func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, DefaultStartTimeout)
+}
+
+// Process is the handle every server kind this package starts shares (*Redis,
+// *MySQL, *ZooKeeper and *Etcd embed it): the server's process (or container), its
+// temporary directory, and the fault methods. On a server named by the environment
+// (External) every fault method returns ErrExternal and Close does nothing.
+type Process struct {
+	p     *proc         // nil: external
+	dir   string        // the temporary directory, removed by Close
+	grace time.Duration // how long Stop waits after SIGTERM before it kills
+	// The kind's own part of Restart: wipe removes the data (keepData false), and
+	// relaunch starts the process again and waits until it serves.
+	wipe     func() error
+	relaunch func(ctx context.Context) error
+	onClose  func() // the kind's own clean-up, after the kill; may be nil
+
+	closed closer
+}
+
+// External reports whether the server came from the environment.
+func (s *Process) External() bool { return s.p == nil }
+
+// LogPath is the server's log file ("" for external servers).
+func (s *Process) LogPath() string {
+	if s.p == nil {
+		return ""
+	}
+	return s.p.logPath
+}
+
+// Running reports whether the process is up (true for external servers).
+func (s *Process) Running() bool {
+	if s.p == nil {
+		return true
+	}
+	_, _, alive := s.p.state()
+	return alive
+}
+
+// Stop shuts the server down gracefully (SIGTERM, or docker stop) and waits; it
+// kills the server if it has not exited after its grace period. No-op when stopped.
+func (s *Process) Stop() error {
+	if s.p == nil {
+		return ErrExternal
+	}
+	return s.p.stop(s.grace)
+}
+
+// Kill sends SIGKILL to the server's process group (or docker kill) and waits until
+// it is gone: a crash. No-op when stopped.
+func (s *Process) Kill() error {
+	if s.p == nil {
+		return ErrExternal
+	}
+	return s.p.kill()
+}
+
+// Pause freezes the server (SIGSTOP to its process group, or docker pause) and
+// returns once every thread is stopped: connections stay open, requests hang.
+// ErrNotRunning when stopped.
+func (s *Process) Pause() error {
+	if s.p == nil {
+		return ErrExternal
+	}
+	return s.p.pause()
+}
+
+// Resume continues a paused server (SIGCONT, or docker unpause).
+func (s *Process) Resume() error {
+	if s.p == nil {
+		return ErrExternal
+	}
+	return s.p.resume()
+}
+
+// Restart stops the server if it is still running (gracefully; call Kill first to
+// simulate a crash), removes its data unless keepData (what each kind keeps is in
+// its doc), and starts it again on the same ports and directory, waiting until it
+// serves.
+func (s *Process) Restart(ctx context.Context, keepData bool) error {
+	if s.p == nil {
+		return ErrExternal
+	}
+	if err := s.p.stop(s.grace); err != nil {
+		return err
+	}
+	if !keepData {
+		if err := s.wipe(); err != nil {
+			return err
+		}
+	}
+	return s.relaunch(ctx)
+}
+
+// CPU is the processor time (user and system) the server's current process has
+// used, read from /proc: for measurements of the work a store does. It is an error
+// for a server in a container or one not started here.
+func (s *Process) CPU() (time.Duration, error) {
+	if s.p == nil {
+		return 0, ErrExternal
+	}
+	cmd, _, alive := s.p.state()
+	if !alive || cmd == nil {
+		return 0, fmt.Errorf("%s: no local process to measure", s.p.name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ... utime stime: fields 14 and 15, in USER_HZ (100/s on
+	// Linux); comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%s: /proc stat: %q", s.p.name, b)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * (time.Second / 100), nil
+}
+
+// Close kills the server and removes its temporary directory. Idempotent.
+func (s *Process) Close() error {
+	return s.closed.do(func() error {
+		if s.p == nil {
+			return nil
+		}
+		err := s.p.kill()
+		if s.onClose != nil {
+			s.onClose()
+		}
+		return joinErrs(err, os.RemoveAll(s.dir))
+	})
 }
 
 // proc is one child server process, restartable with the same command line.
@@ -142,6 +332,10 @@ type proc struct {
 	// dir is mounted at its own path, and so are mounts (read-only).
 	image  string
 	mounts []string
+	// cred, when set, is the user a local process runs as (servers that refuse to
+	// run as root); stopSignal, when set, is what Stop sends instead of SIGTERM.
+	cred       *syscall.Credential
+	stopSignal syscall.Signal
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd     // the current run of a local process
@@ -194,6 +388,7 @@ func (p *proc) start() error {
 	// test binary dies, even on panic or timeout. Pdeathsig fires when the
 	// forking OS thread exits, so fork from a locked thread that lives on.
 	cmd.SysProcAttr = childAttr()
+	cmd.SysProcAttr.Credential = p.cred
 	runtime.LockOSThread()
 	err = cmd.Start()
 	runtime.UnlockOSThread()
@@ -250,14 +445,64 @@ func (p *proc) signalGroup(sig syscall.Signal) error {
 	if !alive {
 		return ErrNotRunning
 	}
-	if err := syscall.Kill(-cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if _, err := signalTree(cmd.Process.Pid, sig); err != nil {
 		return fmt.Errorf("%s: signal %v: %w", p.name, sig, err)
 	}
 	return nil
 }
 
-// kill sends SIGKILL to the process group and waits for the exit. No-op when
-// not running.
+// signalTree sends sig to the process group of pid and to every descendant of pid,
+// which may have left the group (PostgreSQL's backends each start a session of
+// their own). It returns the descendants it signalled. A stop or a kill first
+// stops the group (a stopped parent forks no more children, and its children are
+// not orphaned before they are listed), then reaches the descendants, and a kill
+// the group last; other signals reach the descendants first.
+func signalTree(pid int, sig syscall.Signal) ([]int, error) {
+	group := func() error {
+		if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+		return nil
+	}
+	if sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
+		// Stopped, the parent cannot fork while its children are listed, nor its
+		// children be orphaned before they are. A stop takes effect a moment after
+		// kill(2) returns: wait for it.
+		if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) && sig == syscall.SIGSTOP {
+			return nil, err
+		}
+		for end := time.Now().Add(time.Second); !allThreadsStopped(pid) && time.Now().Before(end); {
+			time.Sleep(100 * time.Microsecond) // nothing signals that a process stopped
+		}
+	}
+	kids := descendants(pid)
+	for _, k := range kids {
+		_ = syscall.Kill(k, sig)
+	}
+	if sig == syscall.SIGSTOP {
+		return kids, nil // the group is stopped already
+	}
+	return kids, group()
+}
+
+// descendants lists the processes below pid (children, theirs, …), from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	eachProcess(func(p int, f []string) {
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	})
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
+// kill sends SIGKILL to the process group and every descendant (signalTree) and
+// waits until they are all gone. No-op when not running.
 func (p *proc) kill() error {
 	cmd, done, alive := p.state()
 	if !alive {
@@ -267,18 +512,56 @@ func (p *proc) kill() error {
 		if err := p.killContainer(); err != nil {
 			return err
 		}
-	} else {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+	var kids []int
+	if !p.inContainer() {
+		kids, _ = signalTree(cmd.Process.Pid, syscall.SIGKILL)
+	}
+	deadline := time.After(30 * time.Second)
 	select {
 	case <-done:
-		return nil
-	case <-time.After(30 * time.Second):
+	case <-deadline:
 		return fmt.Errorf("%s: still alive 30s after SIGKILL", p.name)
 	}
+	if p.inContainer() {
+		return nil
+	}
+	// The server's own children (PostgreSQL's backends) die with it, a moment
+	// later: a restart must not find them still holding its shared memory.
+	for groupAlive(cmd.Process.Pid) || anyAlive(kids) {
+		select {
+		case <-deadline:
+			return fmt.Errorf("%s: processes of its group still alive 30s after SIGKILL", p.name)
+		case <-time.After(time.Millisecond): // nothing signals the end of a process we did not fork
+		}
+	}
+	return nil
 }
 
-// stop sends SIGTERM (and SIGCONT, in case it is paused) and waits up to
+// anyAlive reports whether one of pids is alive (not a zombie).
+func anyAlive(pids []int) bool {
+	alive := false
+	eachProcess(func(p int, _ []string) {
+		if slices.Contains(pids, p) {
+			alive = true
+		}
+	})
+	return alive
+}
+
+// groupAlive reports whether a process of the process group pgid is alive (not a
+// zombie).
+func groupAlive(pgid int) bool {
+	alive := false
+	eachProcess(func(_ int, f []string) {
+		if g, _ := strconv.Atoi(f[2]); g == pgid {
+			alive = true
+		}
+	})
+	return alive
+}
+
+// stop sends SIGTERM (or the proc's stopSignal; and SIGCONT, in case it is paused) and waits up to
 // grace for the exit, then kills.
 func (p *proc) stop(grace time.Duration) error {
 	cmd, done, alive := p.state()
@@ -292,7 +575,11 @@ func (p *proc) stop(grace time.Duration) error {
 		}
 		grace = 30 * time.Second
 	} else {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
+		sig := syscall.SIGTERM
+		if p.stopSignal != 0 {
+			sig = p.stopSignal
+		}
+		_ = syscall.Kill(cmd.Process.Pid, sig)
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	}
 	select {
@@ -303,8 +590,8 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 }
 
-// pause stops the process group and returns once every thread of the server
-// is really stopped (SIGSTOP is asynchronous: a request sent right after
+// pause stops the process group and the processes below it, and returns once every
+// thread of the server is really stopped (SIGSTOP is asynchronous: a request sent right after
 // kill(2) could otherwise still be served).
 func (p *proc) pause() error {
 	if p.inContainer() {
@@ -320,15 +607,27 @@ func (p *proc) pause() error {
 		p.mu.Unlock()
 		return nil
 	}
-	if err := p.signalGroup(syscall.SIGSTOP); err != nil {
-		return err
+	cmd, _, alive := p.state()
+	if !alive {
+		return ErrNotRunning
+	}
+	kids, err := signalTree(cmd.Process.Pid, syscall.SIGSTOP)
+	if err != nil {
+		return fmt.Errorf("%s: signal %v: %w", p.name, syscall.SIGSTOP, err)
 	}
 	p.mu.Lock()
 	p.paused = true
-	pid := p.cmd.Process.Pid
 	p.mu.Unlock()
 	deadline := time.Now().Add(5 * time.Second)
-	for !allThreadsStopped(pid) {
+	stopped := func() bool {
+		for _, pid := range append(kids, cmd.Process.Pid) {
+			if !allThreadsStopped(pid) {
+				return false
+			}
+		}
+		return true
+	}
+	for !stopped() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: not stopped 5s after SIGSTOP", p.name)
 		}

@@ -1,9 +1,11 @@
 package servers
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +20,7 @@ const (
 )
 
 // Proxy is an in-process TCP proxy on a loopback port in front of one target,
-// for network faults: Cut, Blackhole, Stall, Restore.
+// for network faults: Cut, Blackhole, Stall, Hold, LoseReply, Restore.
 type Proxy struct {
 	target string
 	ln     net.Listener
@@ -26,8 +28,10 @@ type Proxy struct {
 	mu    sync.Mutex
 	cond  *sync.Cond // broadcast on mode change
 	mode  proxyMode
+	hold  []byte // Hold: client-to-target reads containing it are held back
+	lose  []byte // LoseReply: the next client-to-target read containing it loses its reply
 	conns map[net.Conn]struct{}
-	held  int // client-to-target writes held back by Stall
+	held  int // client-to-target writes held back by Stall or Hold
 	wg    sync.WaitGroup
 }
 
@@ -101,8 +105,37 @@ func (p *Proxy) WaitStalled(timeout time.Duration) bool {
 	return p.held > 0
 }
 
-// Restore forwards normally again. Connections closed by Cut stay closed.
-func (p *Proxy) Restore() { p.setMode(modeForward) }
+// Hold holds back, until Restore, every request a client sends that contains match
+// (each read from a client is one request for the protocols tested here): the
+// connection that carries it stalls, as a lagging link would, while other requests
+// go through. WaitStalled reports a held request. A request that matches nothing is
+// not delayed.
+func (p *Proxy) Hold(match string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = []byte(match)
+	p.cond.Broadcast()
+}
+
+// LoseReply makes the next request a client sends that contains match lose its
+// reply: the request reaches the target, which runs it, and when the target's reply
+// comes back the proxy closes that connection on both sides instead of delivering
+// it — the client sees the connection drop (EOF) after its request was served. Once
+// only; Restore disarms it.
+func (p *Proxy) LoseReply(match string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lose = []byte(match)
+}
+
+// Restore forwards normally again (and ends Hold and LoseReply). Connections closed by
+// Cut stay closed.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	p.hold, p.lose = nil, nil
+	p.mu.Unlock()
+	p.setMode(modeForward)
+}
 
 // Close stops listening and closes every connection. Idempotent.
 func (p *Proxy) Close() error {
@@ -173,8 +206,9 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.untrack(server)
 	defer server.Close()
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(server, client, true); done <- struct{}{} }()
-	go func() { p.pipe(client, server, false); done <- struct{}{} }()
+	var lose atomic.Bool // LoseReply chose this connection
+	go func() { p.pipe(server, client, true, &lose); done <- struct{}{} }()
+	go func() { p.pipe(client, server, false, &lose); done <- struct{}{} }()
 	<-done
 	// One direction ended: end both.
 	client.Close()
@@ -183,13 +217,30 @@ func (p *Proxy) serve(client net.Conn) {
 }
 
 // pipe copies src to dst, obeying the mode before every write; up says src is the
-// client.
-func (p *Proxy) pipe(dst, src net.Conn, up bool) {
+// client; lose is set on the connection whose next reply LoseReply drops.
+func (p *Proxy) pipe(dst, src net.Conn, up bool, lose *atomic.Bool) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			if up && p.lose != nil && bytes.Contains(buf[:n], p.lose) {
+				p.lose = nil
+				lose.Store(true)
+			}
+			if !up && lose.Load() {
+				p.mu.Unlock()
+				return // the reply is lost: serve closes both sides
+			}
+			if up && p.hold != nil && bytes.Contains(buf[:n], p.hold) {
+				match := p.hold
+				p.held++
+				p.cond.Broadcast()
+				for p.mode != modeClosed && p.hold != nil && bytes.Equal(p.hold, match) {
+					p.cond.Wait()
+				}
+				p.held--
+			}
 			if up && p.mode == modeStall {
 				p.held++
 				p.cond.Broadcast()

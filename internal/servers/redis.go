@@ -38,13 +38,15 @@ type RedisOptions struct {
 }
 
 // Redis is one redis-server. Handles made from an environment address (see
-// SharedRedis) are external: their fault methods return ErrExternal.
+// SharedRedis) are external: their fault methods return ErrExternal. Stop is a
+// SIGTERM (the AOF is flushed); Restart(keepData false) empties the data directory
+// but for the cluster membership file (nodes.conf); a replica that was not promoted
+// replicates again after a Restart.
 type Redis struct {
-	addr string
-	port int
-	dir  string // temp root: data/, redis.log, faketime
-	opts RedisOptions
-	p    *proc
+	Process // temp root: data/, redis.log, faketime
+	addr    string
+	port    int
+	opts    RedisOptions
 
 	cluster bool
 
@@ -54,25 +56,12 @@ type Redis struct {
 	master   *Redis        // replicas: their master
 	link     *Proxy        // replicas: the replication link (replica -> link -> master)
 	promoted bool
-
-	closed closer
 }
 
 func (r *Redis) dataDir() string { return filepath.Join(r.dir, "data") }
 
 // Addr is host:port.
 func (r *Redis) Addr() string { return r.addr }
-
-// LogPath is the server's log file ("" for external servers).
-func (r *Redis) LogPath() string {
-	if r.p == nil {
-		return ""
-	}
-	return r.p.logPath
-}
-
-// External reports whether the server came from the environment.
-func (r *Redis) External() bool { return r.p == nil }
 
 func externalRedis(addr string) *Redis { return &Redis{addr: addr} }
 
@@ -104,7 +93,17 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{dir: dir, opts: o, cluster: cluster}
+	r := &Redis{Process: Process{dir: dir, grace: 15 * time.Second}, opts: o, cluster: cluster}
+	r.wipe = func() error { return removeContents(r.dataDir(), "nodes.conf") }
+	r.relaunch = r.relaunchProcess
+	r.onClose = func() {
+		r.mu.Lock()
+		link := r.link
+		r.mu.Unlock()
+		if link != nil {
+			link.Close()
+		}
+	}
 	var env, mounts []string
 	if o.FakeTimeOffset != "" {
 		d, spec, err := parseFakeOffset(o.FakeTimeOffset)
@@ -121,12 +120,7 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	err = onFreePort(ctx, func(port int) (*proc, func(context.Context) error, error) {
 		r.port, r.addr = port, hostPort(port)
 		r.p = &proc{
 			name:    "redis-server " + r.addr,
@@ -138,14 +132,9 @@ func startRedis(ctx context.Context, o RedisOptions, cluster bool, replicaOf str
 			mounts:  append(mounts, o.TLS.mounts()...),
 		}
 		r.p.args = r.args(replicaOf)
-		err = r.p.startReady(ctx, r.ready)
-		if err == nil {
-			break
-		}
-		if attempt < 3 && r.p.addrInUse() {
-			_ = os.Remove(r.p.logPath)
-			continue
-		}
+		return r.p, r.ready, nil
+	})
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -222,54 +211,9 @@ func (r *Redis) do(ctx context.Context, args ...string) (string, error) {
 	return respDoAs(ctx, c, r.addr, args...)
 }
 
-// Stop shuts the server down gracefully (SIGTERM: AOF flushed) and waits.
-func (r *Redis) Stop() error {
-	if r.p == nil {
-		return ErrExternal
-	}
-	return r.p.stop(15 * time.Second)
-}
-
-// Kill sends SIGKILL to the server and waits until it is gone.
-func (r *Redis) Kill() error {
-	if r.p == nil {
-		return ErrExternal
-	}
-	return r.p.kill()
-}
-
-// Pause freezes the server (SIGSTOP): connections stay open, commands hang.
-func (r *Redis) Pause() error {
-	if r.p == nil {
-		return ErrExternal
-	}
-	return r.p.pause()
-}
-
-// Resume continues a paused server (SIGCONT).
-func (r *Redis) Resume() error {
-	if r.p == nil {
-		return ErrExternal
-	}
-	return r.p.resume()
-}
-
-// Restart stops the server if it is still running (gracefully; call Kill
-// first to simulate a crash), wipes its data unless keepData (the cluster
-// membership file nodes.conf is always kept), and starts it again on the same
-// port, waiting until it answers.
-func (r *Redis) Restart(ctx context.Context, keepData bool) error {
-	if r.p == nil {
-		return ErrExternal
-	}
-	if err := r.p.stop(15 * time.Second); err != nil {
-		return err
-	}
-	if !keepData {
-		if err := removeContents(r.dataDir(), "nodes.conf"); err != nil {
-			return err
-		}
-	}
+// relaunchProcess starts a stopped server again (Restart): a replica that was not
+// promoted replicates again, and a shifted clock is waited for.
+func (r *Redis) relaunchProcess(ctx context.Context) error {
 	r.mu.Lock()
 	replicaOf := ""
 	if r.link != nil && !r.promoted {
@@ -285,24 +229,6 @@ func (r *Redis) Restart(ctx context.Context, keepData bool) error {
 		return r.waitClock(ctx, clock)
 	}
 	return nil
-}
-
-// Close kills the server and removes its temporary directory (and, for a
-// replica, its replication link). Idempotent.
-func (r *Redis) Close() error {
-	return r.closed.do(func() error {
-		if r.p == nil {
-			return nil
-		}
-		err := r.p.kill()
-		r.mu.Lock()
-		link := r.link
-		r.mu.Unlock()
-		if link != nil {
-			link.Close()
-		}
-		return joinErrs(err, os.RemoveAll(r.dir))
-	})
 }
 
 // ShiftClock sets the server's wall-clock offset from the real clock, e.g.
@@ -529,21 +455,18 @@ func (r *Redis) WaitInSync(ctx context.Context) error {
 	}
 	want, _ := strconv.ParseInt(infoField(minfo, "master_repl_offset"), 10, 64)
 	var last string
-	for {
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
 		info, err := r.do(ctx, "INFO", "replication")
-		if err == nil {
-			last = info
-			got, _ := strconv.ParseInt(infoField(info, "slave_repl_offset"), 10, 64)
-			if infoField(info, "master_link_status") == "up" && got >= want {
-				return nil
-			}
+		if err != nil {
+			return false
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("replica %s not in sync (want offset %d): %w\n%s", r.addr, want, ctx.Err(), last)
-		case <-time.After(pollInterval):
-		}
+		last = info
+		got, _ := strconv.ParseInt(infoField(info, "slave_repl_offset"), 10, 64)
+		return infoField(info, "master_link_status") == "up" && got >= want
+	}); err != nil {
+		return fmt.Errorf("replica %s not in sync (want offset %d): %w\n%s", r.addr, want, err, last)
 	}
+	return nil
 }
 
 // Promote turns a replica into a master (REPLICAOF NO ONE). It stays a master
@@ -569,11 +492,7 @@ type RedisCluster struct {
 
 // Addrs returns every node's address.
 func (c *RedisCluster) Addrs() []string {
-	a := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		a[i] = n.Addr()
-	}
-	return a
+	return addrsOf(c.Nodes)
 }
 
 // Close closes every node.
@@ -618,32 +537,26 @@ func StartRedisCluster(ctx context.Context, masters int) (*RedisCluster, error) 
 // WaitOK waits until every running node reports cluster_state:ok, 16384 slots
 // ok and all nodes known.
 func (c *RedisCluster) WaitOK(ctx context.Context) error {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	for {
-		var bad string
+	var bad string
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
 		for _, n := range c.Nodes {
 			info, err := n.do(ctx, "CLUSTER", "INFO")
 			if err != nil {
 				bad = n.addr + ": " + err.Error()
-				break
+				return false
 			}
 			if infoField(info, "cluster_state") != "ok" ||
 				infoField(info, "cluster_slots_ok") != "16384" ||
 				infoField(info, "cluster_known_nodes") != strconv.Itoa(len(c.Nodes)) {
 				bad = n.addr + ":\n" + info
-				break
+				return false
 			}
 		}
-		if bad == "" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redis cluster not ok: %w; %s", ctx.Err(), bad)
-		case <-time.After(pollInterval):
-		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("redis cluster not ok: %w; %s", err, bad)
 	}
+	return nil
 }
 
 // redisCLI runs redis-cli with args: the local one, or in a container of the image

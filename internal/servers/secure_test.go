@@ -72,7 +72,7 @@ func TestRedisSentinelGroup(t *testing.T) {
 // only (FourLetter speaks it), and a plain-text request gets no answer.
 func TestZooKeeperTLS(t *testing.T) {
 	pki := servertest.PKI(t)
-	z := servertest.NewZooKeeperWith(t, servers.ZooKeeperOptions{TLS: pki})
+	z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{TLS: pki})
 	if m, err := z.Mode(ctxT(t, 10*time.Second)); err != nil || m != "standalone" {
 		t.Fatalf("Mode over TLS: %q, %v", m, err)
 	}

@@ -68,11 +68,7 @@ func StartRedisSentinelGroup(ctx context.Context, replicas, sentinels int) (*Red
 
 // SentinelAddrs returns the sentinels' addresses.
 func (g *RedisSentinelGroup) SentinelAddrs() []string {
-	a := make([]string, len(g.Sentinels))
-	for i, s := range g.Sentinels {
-		a[i] = s.Addr()
-	}
-	return a
+	return addrsOf(g.Sentinels)
 }
 
 // Servers returns the data nodes (master first, then replicas).
@@ -93,10 +89,11 @@ func (g *RedisSentinelGroup) WaitFailover(ctx context.Context, old string) (stri
 	if err != nil {
 		return "", err
 	}
-	for {
-		bad := ""
+	bad := ""
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
+		bad = ""
 		for _, n := range g.Servers() {
-			if !n.running() {
+			if !n.Running() {
 				continue
 			}
 			info, err := n.do(ctx, "INFO", "replication")
@@ -109,18 +106,14 @@ func (g *RedisSentinelGroup) WaitFailover(ctx context.Context, old string) (stri
 				bad = n.addr + " does not yet replicate from " + addr
 			}
 			if bad != "" {
-				break
+				return false
 			}
 		}
-		if bad == "" {
-			return addr, nil
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("sentinel failover from %s to %s not complete: %s: %w", old, addr, bad, ctx.Err())
-		case <-time.After(pollInterval):
-		}
+		return true
+	}); err != nil {
+		return "", fmt.Errorf("sentinel failover from %s to %s not complete: %s: %w", old, addr, bad, err)
 	}
+	return addr, nil
 }
 
 func portOf(addr string) string {
@@ -128,89 +121,68 @@ func portOf(addr string) string {
 	return p
 }
 
-func (r *Redis) running() bool {
-	if r.p == nil {
-		return true
-	}
-	_, _, alive := r.p.state()
-	return alive
-}
-
 // waitMaster polls until every running sentinel names the same master and ok
 // accepts it.
 func (g *RedisSentinelGroup) waitMaster(ctx context.Context, ok func(addr string) bool) (string, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	var last string
-	for {
-		agreed := ""
+	var last, agreed string
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
+		agreed = ""
 		for i, s := range g.Sentinels {
 			reply, err := s.do(ctx, "SENTINEL", "get-master-addr-by-name", g.MasterName)
 			host, port, found := strings.Cut(reply, "\n")
 			if err != nil || !found {
-				agreed, last = "", fmt.Sprintf("sentinel %s: %q %v", s.addr, reply, err)
-				break
+				last = fmt.Sprintf("sentinel %s: %q %v", s.addr, reply, err)
+				return false
 			}
 			a := host + ":" + port
 			if i > 0 && a != agreed {
-				agreed, last = "", "sentinels disagree: "+agreed+" and "+a
-				break
+				last = "sentinels disagree: " + agreed + " and " + a
+				return false
 			}
 			agreed = a
 		}
-		if agreed != "" && ok(agreed) {
-			return agreed, nil
-		}
-		if agreed != "" {
-			last = "sentinels still name " + agreed
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("sentinels: %s: %w", last, ctx.Err())
-		case <-time.After(pollInterval):
-		}
+		last = "sentinels still name " + agreed
+		return agreed != "" && ok(agreed)
+	}); err != nil {
+		return "", fmt.Errorf("sentinels: %s: %w", last, err)
 	}
+	return agreed, nil
 }
 
 // waitReplicasOnline waits until master reports n replicas online and each in sync.
 func (g *RedisSentinelGroup) waitReplicasOnline(ctx context.Context, master *Redis, n int) error {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	for {
-		info, err := master.do(ctx, "INFO", "replication")
-		if err == nil && infoField(info, "connected_slaves") == strconv.Itoa(n) {
-			online := 0
-			for i := range n {
-				if strings.Contains(infoField(info, "slave"+strconv.Itoa(i)), "state=online") {
-					online++
-				}
-			}
-			if online == n {
-				return nil
+	var info string
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
+		var err error
+		if info, err = master.do(ctx, "INFO", "replication"); err != nil || infoField(info, "connected_slaves") != strconv.Itoa(n) {
+			return false
+		}
+		online := 0
+		for i := range n {
+			if strings.Contains(infoField(info, "slave"+strconv.Itoa(i)), "state=online") {
+				online++
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("master %s: %d replicas not online: %w\n%s", master.addr, n, ctx.Err(), info)
-		case <-time.After(pollInterval):
-		}
+		return online == n
+	}); err != nil {
+		return fmt.Errorf("master %s: %d replicas not online: %w\n%s", master.addr, n, err, info)
 	}
+	return nil
 }
 
 // waitSentinelsAgree waits until every sentinel sees the master, its replicas and
 // the other sentinels (they find each other through the master's hello channel).
 func (g *RedisSentinelGroup) waitSentinelsAgree(ctx context.Context, replicas int) error {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
 	want := map[string]string{"num-slaves": strconv.Itoa(replicas), "num-other-sentinels": strconv.Itoa(len(g.Sentinels) - 1)}
 	var last string
-	for {
-		ok := true
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
 		for _, s := range g.Sentinels {
 			reply, err := s.do(ctx, "SENTINEL", "master", g.MasterName)
 			if err != nil {
-				ok, last = false, s.addr+": "+err.Error()
-				break
+				last = s.addr + ": " + err.Error()
+				return false
 			}
 			fields := strings.Split(reply, "\n")
 			got := map[string]string{}
@@ -219,22 +191,16 @@ func (g *RedisSentinelGroup) waitSentinelsAgree(ctx context.Context, replicas in
 			}
 			for k, v := range want {
 				if got[k] != v {
-					ok, last = false, fmt.Sprintf("sentinel %s: %s=%s, want %s", s.addr, k, got[k], v)
+					last = fmt.Sprintf("sentinel %s: %s=%s, want %s", s.addr, k, got[k], v)
+					return false
 				}
 			}
-			if !ok {
-				break
-			}
 		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("sentinels never saw the whole group: %s: %w", last, ctx.Err())
-		case <-time.After(pollInterval):
-		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("sentinels never saw the whole group: %s: %w", last, err)
 	}
+	return nil
 }
 
 // Close closes every server of the group.
@@ -264,33 +230,26 @@ func startSentinel(ctx context.Context, name, master string) (*Redis, error) {
 		return nil, err
 	}
 	host, port, _ := strings.Cut(master, ":")
-	for attempt := 1; ; attempt++ {
-		p, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		s := &Redis{dir: dir, port: p, addr: hostPort(p)}
+	var s *Redis
+	err = onFreePort(ctx, func(p int) (*proc, func(context.Context) error, error) {
+		s = &Redis{Process: Process{dir: dir, grace: 15 * time.Second}, port: p, addr: hostPort(p)}
+		s.wipe = func() error { return nil } // its state is its configuration file
+		s.relaunch = func(ctx context.Context) error { return s.p.startReady(ctx, s.ready) }
 		// The sentinel rewrites its configuration file as it learns: it must be its own.
 		conf := filepath.Join(dir, "sentinel.conf")
 		cfg := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 2\n"+
 			"sentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
 			p, dir, name, host, port, name, SentinelDownAfter.Milliseconds(), name, name)
 		if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
+			return nil, nil, err
 		}
 		s.p = &proc{name: "redis-sentinel " + s.addr, path: bin, args: []string{conf, "--sentinel"}, dir: dir,
 			logPath: filepath.Join(dir, "sentinel.log"), image: image}
-		err = s.p.startReady(ctx, s.ready)
-		if err == nil {
-			return s, nil
-		}
-		if attempt < 3 && s.p.addrInUse() {
-			_ = os.Remove(s.p.logPath)
-			continue
-		}
+		return s.p, s.ready, nil
+	})
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	return s, nil
 }

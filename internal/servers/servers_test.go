@@ -418,7 +418,7 @@ func TestSharedMySQL(t *testing.T) {
 
 func TestMySQLKillRestartPause(t *testing.T) {
 	t.Parallel()
-	m := servertest.NewMySQL(t)
+	m := servertest.NewMySQL(t, servers.MySQLOptions{})
 	addr := m.Addr()
 	dsn := servertest.NewDatabase(t, m)
 	db := openDB(t, dsn)
@@ -541,7 +541,7 @@ func TestSharedZooKeeper(t *testing.T) {
 
 func TestZooKeeperKillRestartPause(t *testing.T) {
 	t.Parallel()
-	z := servertest.NewZooKeeper(t)
+	z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{})
 	ctx := ctxT(t, time.Minute)
 	p := zkPath(t)
 	c := zkConn(t, z.Addrs())
@@ -680,9 +680,9 @@ func TestSharedEtcd(t *testing.T) {
 	}
 }
 
-func TestEtcdStopRestart(t *testing.T) {
+func TestEtcdStopPauseKillRestart(t *testing.T) {
 	t.Parallel()
-	e := servertest.NewEtcd(t)
+	e := servertest.NewEtcd(t, servers.EtcdOptions{})
 	c := etcdClient(t, e.Endpoints())
 	ctx := ctxT(t, time.Minute)
 	k := key(t)
@@ -713,6 +713,35 @@ func TestEtcdStopRestart(t *testing.T) {
 	}
 	if v, ok := get(); !ok || v != "v" {
 		t.Fatalf("after restart: %q %v", v, ok)
+	}
+	// A member is a process: it pauses (every thread stopped when Pause returns) and
+	// dies at once on Kill.
+	if err := e.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Get(sctx, k)
+	cancel()
+	if err == nil {
+		t.Fatal("Get answered while paused")
+	}
+	if err := e.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := get(); !ok || v != "v" {
+		t.Fatalf("after resume: %q %v", v, ok)
+	}
+	if err := e.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if e.Running() {
+		t.Fatal("killed member still running")
+	}
+	if err := e.Restart(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := get(); !ok || v != "v" {
+		t.Fatalf("after kill and restart: %q %v", v, ok)
 	}
 	if err := e.Restart(ctx, false); err != nil {
 		t.Fatal(err)
@@ -863,6 +892,45 @@ func TestProxy(t *testing.T) {
 		p.Restore()
 		if err := <-got; err != nil {
 			t.Fatalf("held GET after Restore: %v", err)
+		}
+	})
+
+	t.Run("hold", func(t *testing.T) {
+		other := k + "/other"
+		mustSet(t, c, other, "w", 0)
+		held, free := newClient(), newClient()
+		wantValue(t, held, k, "v")
+		wantValue(t, free, other, "w")
+		p.Hold(k + "/other")
+		got := make(chan error, 1)
+		go func() { got <- held.Get(context.Background(), other).Err() }()
+		if !p.WaitStalled(10 * time.Second) {
+			t.Fatal("WaitStalled: the GET that matches is not held")
+		}
+		wantValue(t, free, k, "v") // a request that does not match goes through
+		select {
+		case err := <-got:
+			t.Fatalf("held GET returned %v before Restore", err)
+		default:
+		}
+		p.Restore()
+		if err := <-got; err != nil {
+			t.Fatalf("held GET after Restore: %v", err)
+		}
+	})
+
+	t.Run("lose reply", func(t *testing.T) {
+		c := newClient() // MaxRetries -1: the lost reply shows, not go-redis's retry
+		wantValue(t, c, k, "v")
+		lost := k + "/lost"
+		p.LoseReply(lost)
+		err := c.Set(context.Background(), lost, "set", 0).Err()
+		if err == nil || isTimeout(err) {
+			t.Fatalf("SET whose reply is lost: %v, want the connection closed", err)
+		}
+		wantValue(t, newClient(), lost, "set") // the request was served
+		if err := c.Set(context.Background(), lost, "again", 0).Err(); err != nil {
+			t.Fatalf("LoseReply fired twice: %v", err)
 		}
 	})
 }

@@ -65,6 +65,7 @@ var (
 	sharedMySQL  shared[*MySQL]
 	sharedZK     shared[*ZooKeeper]
 	sharedEtcd   shared[*Etcd]
+	sharedPG     shared[*Postgres]
 	cleanupMu    sync.Mutex
 	cleanupFuncs []func()
 )
@@ -127,8 +128,8 @@ func SharedZooKeeper(ctx context.Context) (*ZooKeeper, error) {
 }
 
 // SharedEtcd returns the process-wide etcd: DLOCK_ETCD_ADDRS (waited for until
-// every endpoint reports a leader), else a single member embedded in this process
-// (in a container with DLOCK_SERVERS=docker), started on first use.
+// every endpoint reports a leader), else a single member (a process of the etcd
+// member binary, or a container with DLOCK_SERVERS=docker), started on first use.
 func SharedEtcd(ctx context.Context) (*Etcd, error) {
 	return sharedEtcd.get(func() (*Etcd, error) {
 		if a := envList(EnvEtcdAddrs); len(a) > 0 {
@@ -151,6 +152,22 @@ func SharedEtcd(ctx context.Context) (*Etcd, error) {
 			})
 		}
 		return StartEtcd(ctx)
+	})
+}
+
+// SharedPostgres returns the process-wide PostgreSQL server: DLOCK_POSTGRES_URL
+// (waited for until it answers a query), else a server (StartPostgres) started on
+// first use. Use NewDatabase for a private database.
+func SharedPostgres(ctx context.Context) (*Postgres, error) {
+	return sharedPG.get(func() (*Postgres, error) {
+		if raw := os.Getenv(EnvPostgresURL); raw != "" {
+			p, err := externalPostgres(raw)
+			if err != nil {
+				return nil, err
+			}
+			return p, waitExternal(ctx, EnvPostgresURL, p.ready)
+		}
+		return StartPostgres(ctx, PostgresOptions{})
 	})
 }
 
@@ -217,6 +234,11 @@ func Shutdown() {
 			v.Close()
 		}
 	})
+	closeShared(func() {
+		if v, ok := sharedPG.reset(); ok {
+			v.Close()
+		}
+	})
 	wg.Wait()
 	cleanupMu.Lock()
 	fs := cleanupFuncs
@@ -225,5 +247,4 @@ func Shutdown() {
 	for _, f := range fs {
 		f()
 	}
-	closeDocker()
 }

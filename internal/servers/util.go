@@ -83,11 +83,24 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 // servertest.Main checks that nothing leaked.
 func ChildProcesses() []string {
 	self := os.Getpid()
+	var out []string
+	eachProcess(func(pid int, f []string) {
+		if ppid, _ := strconv.Atoi(f[1]); ppid != self {
+			return
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))))
+	})
+	return out
+}
+
+// eachProcess calls f with the pid and the /proc stat fields after the command name
+// (state, ppid, pgrp, …) of every live process but zombies.
+func eachProcess(f func(pid int, fields []string)) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return
 	}
-	var out []string
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -97,22 +110,17 @@ func ChildProcesses() []string {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
 		i := bytes.LastIndexByte(stat, ')')
 		if i < 0 {
 			continue
 		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 || f[0] == "Z" {
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid != self {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))))
+		f(pid, fields)
 	}
-	return out
 }
 
 // ownerFile marks a temporary directory with the pid of the process that made
@@ -140,4 +148,13 @@ func sweepStale() {
 			}
 		}
 	})
+}
+
+// addrsOf returns the address of each server of xs, in order.
+func addrsOf[T interface{ Addr() string }](xs []T) []string {
+	a := make([]string, len(xs))
+	for i, x := range xs {
+		a[i] = x.Addr()
+	}
+	return a
 }

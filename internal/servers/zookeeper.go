@@ -16,17 +16,16 @@ import (
 
 // ZooKeeper is one ZooKeeper server (Java, QuorumPeerMain), standalone or a
 // member of a ZKEnsemble, or an external one from DLOCK_ZK_ADDRS. Servers run
-// with tickTime=200ms, so sessions from 400ms to 60s are allowed.
+// with tickTime=200ms, so sessions from 400ms to 60s are allowed. Pause makes the
+// sessions connected to it time out; Restart(keepData false) removes its snapshots
+// and logs (not myid).
 type ZooKeeper struct {
-	addr string
-	dir  string // temp root: zoo.cfg, data/, zookeeper.log
-	p    *proc
-	id   int         // myid in an ensemble, 0 standalone
-	ens  *ZKEnsemble // nil standalone
-	ext  []string    // external: every address given
-	tls  *PKI        // the client port speaks TLS only
-
-	closed closer
+	Process // temp root: zoo.cfg, data/, zookeeper.log
+	addr    string
+	id      int         // myid in an ensemble, 0 standalone
+	ens     *ZKEnsemble // nil standalone
+	ext     []string    // external: every address given
+	tls     *PKI        // the client port speaks TLS only
 }
 
 // Addr is host:port of the client port.
@@ -43,17 +42,6 @@ func (z *ZooKeeper) Addrs() []string {
 
 // ID is the server's myid in an ensemble (0 when standalone).
 func (z *ZooKeeper) ID() int { return z.id }
-
-// LogPath is the server's log file ("" for external servers).
-func (z *ZooKeeper) LogPath() string {
-	if z.p == nil {
-		return ""
-	}
-	return z.p.logPath
-}
-
-// External reports whether the server came from the environment.
-func (z *ZooKeeper) External() bool { return z.p == nil }
 
 func externalZooKeeper(addrs []string) *ZooKeeper {
 	return &ZooKeeper{addr: addrs[0], ext: addrs}
@@ -107,6 +95,10 @@ type ZooKeeperOptions struct {
 	// certificate, and require client certificates its CA signed. FourLetter speaks
 	// TLS to it too.
 	TLS *PKI
+	// MaxSessionTimeout is the longest session the server grants (its
+	// maxSessionTimeout, in whole milliseconds): a client asking for more gets this
+	// much. 0 means 60s.
+	MaxSessionTimeout time.Duration
 }
 
 func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts, o ZooKeeperOptions) (*ZooKeeper, error) {
@@ -126,7 +118,9 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts, o ZooKeeperOptio
 	if err != nil {
 		return nil, err
 	}
-	z := &ZooKeeper{dir: dir, id: id, addr: hostPort(ports.client), tls: o.TLS}
+	z := &ZooKeeper{Process: Process{dir: dir, grace: 15 * time.Second}, id: id, addr: hostPort(ports.client), tls: o.TLS}
+	z.wipe = func() error { return removeContents(filepath.Join(z.dir, "data"), "myid") }
+	z.relaunch = z.relaunchProcess
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		os.RemoveAll(dir)
@@ -142,7 +136,11 @@ func newZooKeeper(id int, ports zkPorts, peers map[int]zkPorts, o ZooKeeperOptio
 	} else {
 		fmt.Fprintf(&cfg, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", data, ports.client)
 	}
-	fmt.Fprintf(&cfg, "maxSessionTimeout=60000\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\n")
+	maxSession := int64(60000)
+	if o.MaxSessionTimeout > 0 {
+		maxSession = o.MaxSessionTimeout.Milliseconds()
+	}
+	fmt.Fprintf(&cfg, "maxSessionTimeout=%d\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\n", maxSession)
 	if id > 0 {
 		for i := 1; i <= len(peers); i++ {
 			pp := peers[i]
@@ -283,64 +281,10 @@ func (z *ZooKeeper) alive(ctx context.Context) error {
 	return nil
 }
 
-// Running reports whether the process is up (true for external servers).
-func (z *ZooKeeper) Running() bool {
-	if z.p == nil {
-		return true
-	}
-	_, _, alive := z.p.state()
-	return alive
-}
-
-// Stop shuts the server down (SIGTERM) and waits.
-func (z *ZooKeeper) Stop() error {
-	if z.p == nil {
-		return ErrExternal
-	}
-	return z.p.stop(15 * time.Second)
-}
-
-// Kill sends SIGKILL and waits until the server is gone.
-func (z *ZooKeeper) Kill() error {
-	if z.p == nil {
-		return ErrExternal
-	}
-	return z.p.kill()
-}
-
-// Pause freezes the server (SIGSTOP): sessions connected to it time out.
-func (z *ZooKeeper) Pause() error {
-	if z.p == nil {
-		return ErrExternal
-	}
-	return z.p.pause()
-}
-
-// Resume continues a paused server (SIGCONT).
-func (z *ZooKeeper) Resume() error {
-	if z.p == nil {
-		return ErrExternal
-	}
-	return z.p.resume()
-}
-
-// Restart stops the server if running (gracefully; Kill first for a crash),
-// wipes its data (snapshots and logs, not myid) unless keepData, and starts it
-// on the same ports. It waits until the server serves requests; an ensemble
-// member without a running quorum of peers is only waited for until its
-// process answers ruok (it cannot serve alone).
-func (z *ZooKeeper) Restart(ctx context.Context, keepData bool) error {
-	if z.p == nil {
-		return ErrExternal
-	}
-	if err := z.p.stop(15 * time.Second); err != nil {
-		return err
-	}
-	if !keepData {
-		if err := removeContents(filepath.Join(z.dir, "data"), "myid"); err != nil {
-			return err
-		}
-	}
+// relaunchProcess starts a stopped server again (Restart) and waits until it serves
+// requests; an ensemble member without a running quorum of peers is only waited for
+// until its process answers ruok (it cannot serve alone).
+func (z *ZooKeeper) relaunchProcess(ctx context.Context) error {
 	check := z.serving
 	if z.ens != nil {
 		running := 1
@@ -354,16 +298,6 @@ func (z *ZooKeeper) Restart(ctx context.Context, keepData bool) error {
 		}
 	}
 	return z.p.startReady(ctx, check)
-}
-
-// Close kills the server and removes its temporary directory. Idempotent.
-func (z *ZooKeeper) Close() error {
-	return z.closed.do(func() error {
-		if z.p == nil {
-			return nil
-		}
-		return joinErrs(z.p.kill(), os.RemoveAll(z.dir))
-	})
 }
 
 // ZKEnsemble is a ZooKeeper ensemble on loopback ports.
@@ -414,20 +348,15 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZKEnsemble, error) {
 
 // Addrs returns every member's client address.
 func (e *ZKEnsemble) Addrs() []string {
-	a := make([]string, len(e.Nodes))
-	for i, z := range e.Nodes {
-		a[i] = z.Addr()
-	}
-	return a
+	return addrsOf(e.Nodes)
 }
 
 // Leader waits until exactly one running member reports Mode: leader and
 // returns it.
 func (e *ZKEnsemble) Leader(ctx context.Context) (*ZooKeeper, error) {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	for {
-		var leaders []*ZooKeeper
+	var leaders []*ZooKeeper
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
+		leaders = nil
 		for _, z := range e.Nodes {
 			if !z.Running() {
 				continue
@@ -439,15 +368,11 @@ func (e *ZKEnsemble) Leader(ctx context.Context) (*ZooKeeper, error) {
 				leaders = append(leaders, z)
 			}
 		}
-		if len(leaders) == 1 {
-			return leaders[0], nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("zookeeper ensemble: no single leader (%d): %w", len(leaders), ctx.Err())
-		case <-time.After(pollInterval):
-		}
+		return len(leaders) == 1
+	}); err != nil {
+		return nil, fmt.Errorf("zookeeper ensemble: no single leader (%d): %w", len(leaders), err)
 	}
+	return leaders[0], nil
 }
 
 // KillLeader waits until the leader has every other running member as a synced
@@ -455,28 +380,28 @@ func (e *ZKEnsemble) Leader(ctx context.Context) (*ZooKeeper, error) {
 // leader then is a different fault: two members down), kills it (SIGKILL) and
 // returns it.
 func (e *ZKEnsemble) KillLeader(ctx context.Context) (*ZooKeeper, error) {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	for {
-		l, err := e.Leader(ctx)
-		if err != nil {
-			return nil, err
+	var l *ZooKeeper
+	var running int
+	var lerr error
+	if err := poll(ctx, pollInterval, func(ctx context.Context) bool {
+		if l, lerr = e.Leader(ctx); lerr != nil {
+			return true
 		}
-		running := 0
+		running = 0
 		for _, z := range e.Nodes {
 			if z.Running() {
 				running++
 			}
 		}
-		if n, err := l.syncedFollowers(ctx); err == nil && n == running-1 {
-			return l, l.Kill()
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("zookeeper ensemble: the leader never had all %d followers synced: %w", running-1, ctx.Err())
-		case <-time.After(pollInterval):
-		}
+		n, err := l.syncedFollowers(ctx)
+		return err == nil && n == running-1
+	}); err != nil {
+		return nil, fmt.Errorf("zookeeper ensemble: the leader never had all %d followers synced: %w", running-1, err)
 	}
+	if lerr != nil {
+		return nil, lerr
+	}
+	return l, l.Kill()
 }
 
 // syncedFollowers is the leader's count of followers in sync (4lw mntr).

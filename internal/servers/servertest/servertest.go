@@ -31,7 +31,6 @@ import (
 // Main runs the tests of a package that uses these servers and exits with Finish's
 // code. Call it from TestMain (after conformance.ChildMain, where that applies).
 func Main(m *testing.M) {
-	servers.EtcdMemberMain() // returns at once unless EtcdCluster started this process as a member
 	os.Exit(Finish(m.Run()))
 }
 
@@ -77,14 +76,14 @@ func startCtx(t testing.TB) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), servers.DefaultStartTimeout)
 }
 
-// check skips (server not installed, unless DLOCK_REQUIRE_SERVERS=1) or fails
-// the test on err.
+// check skips (server not installed, unless DLOCK_REQUIRE_SERVERS=1; a server kind
+// without a container image under DLOCK_SERVERS=docker) or fails the test on err.
 func check(t testing.TB, what string, err error) {
 	t.Helper()
 	if err == nil {
 		return
 	}
-	if servers.IsMissing(err) && !servers.RequireServers() {
+	if servers.IsMissing(err) && !servers.RequireServers() || servers.IsNoImage(err) {
 		t.Skipf("%s: %v", what, err)
 	}
 	t.Fatalf("%s: %v", what, err)
@@ -101,6 +100,26 @@ func start[T any](t testing.TB, what string, f func(ctx context.Context) (T, err
 	return v
 }
 
+// private starts a server (or a group of them) of the test's own with f, closed when
+// the test ends.
+func private[T interface{ Close() error }](t testing.TB, what string, f func(ctx context.Context) (T, error)) T {
+	t.Helper()
+	v := start(t, what, f)
+	cleanup(t, v)
+	return v
+}
+
+// shared returns the test binary's shared server that get returns (started on
+// first use).
+func shared[T any](t testing.TB, what string, get func(ctx context.Context) (T, error)) T {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	v, err := get(ctx)
+	check(t, "shared "+what, err)
+	return v
+}
+
 func cleanup(t testing.TB, c interface{ Close() error }) {
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
@@ -113,19 +132,13 @@ func cleanup(t testing.TB, c interface{ Close() error }) {
 // servers.SharedRedis). Do not fault it; use unique keys.
 func Redis(t testing.TB) *servers.Redis {
 	t.Helper()
-	ctx, cancel := startCtx(t)
-	defer cancel()
-	r, err := servers.SharedRedis(ctx)
-	check(t, "shared redis", err)
-	return r
+	return shared(t, "redis", servers.SharedRedis)
 }
 
 // NewRedis starts a private Redis, closed when the test ends.
 func NewRedis(t testing.TB, o servers.RedisOptions) *servers.Redis {
 	t.Helper()
-	r := start(t, "redis", func(ctx context.Context) (*servers.Redis, error) { return servers.StartRedis(ctx, o) })
-	cleanup(t, r)
-	return r
+	return private(t, "redis", func(ctx context.Context) (*servers.Redis, error) { return servers.StartRedis(ctx, o) })
 }
 
 // RedisMasters starts n private independent masters (Redlock). Without
@@ -163,22 +176,18 @@ func RedisReplicaPair(t testing.TB) (master, replica *servers.Redis) {
 // RedisCluster starts a private Redis Cluster of n masters (n >= 3).
 func RedisCluster(t testing.TB, n int) *servers.RedisCluster {
 	t.Helper()
-	c := start(t, "redis cluster", func(ctx context.Context) (*servers.RedisCluster, error) {
+	return private(t, "redis cluster", func(ctx context.Context) (*servers.RedisCluster, error) {
 		return servers.StartRedisCluster(ctx, n)
 	})
-	cleanup(t, c)
-	return c
 }
 
 // RedisSentinelGroup starts a private master with replicas replicas and sentinels
 // sentinels monitoring it (see servers.StartRedisSentinelGroup).
 func RedisSentinelGroup(t testing.TB, replicas, sentinels int) *servers.RedisSentinelGroup {
 	t.Helper()
-	g := start(t, "redis sentinel group", func(ctx context.Context) (*servers.RedisSentinelGroup, error) {
+	return private(t, "redis sentinel group", func(ctx context.Context) (*servers.RedisSentinelGroup, error) {
 		return servers.StartRedisSentinelGroup(ctx, replicas, sentinels)
 	})
-	cleanup(t, g)
-	return g
 }
 
 // SecureRedis starts a private Redis that speaks TLS only with pki's certificates
@@ -230,7 +239,14 @@ func Findings(t testing.TB, rawURL string) map[string]spec.Finding {
 // the test ends.
 func PKI(t testing.TB) *servers.PKI {
 	t.Helper()
-	p, err := servers.NewPKI()
+	return PKIFor(t)
+}
+
+// PKIFor is PKI with a server certificate valid for exactly hosts
+// (servers.NewPKIFor).
+func PKIFor(t testing.TB, hosts ...string) *servers.PKI {
+	t.Helper()
+	p, err := servers.NewPKIFor(hosts...)
 	if err != nil {
 		t.Fatalf("pki: %v", err)
 	}
@@ -241,11 +257,7 @@ func PKI(t testing.TB) *servers.PKI {
 // MySQL returns the MySQL server shared by the test binary. Do not fault it.
 func MySQL(t testing.TB) *servers.MySQL {
 	t.Helper()
-	ctx, cancel := startCtx(t)
-	defer cancel()
-	m, err := servers.SharedMySQL(ctx)
-	check(t, "shared mysql", err)
-	return m
+	return shared(t, "mysql", servers.SharedMySQL)
 }
 
 // MySQLDSN returns the DSN of a fresh database on the shared MySQL server,
@@ -272,94 +284,53 @@ func NewDatabase(t testing.TB, m *servers.MySQL) string {
 	return dsn
 }
 
-// NewMySQL starts a private MariaDB server, closed when the test ends.
-func NewMySQL(t testing.TB) *servers.MySQL {
+// NewMySQL starts a private MariaDB server configured by o, closed when the test
+// ends.
+func NewMySQL(t testing.TB, o servers.MySQLOptions) *servers.MySQL {
 	t.Helper()
-	m := start(t, "mysql", servers.StartMySQL)
-	cleanup(t, m)
-	return m
-}
-
-// NewMySQLWith starts a private MariaDB server configured by o.
-func NewMySQLWith(t testing.TB, o servers.MySQLOptions) *servers.MySQL {
-	t.Helper()
-	m := start(t, "mysql", func(ctx context.Context) (*servers.MySQL, error) { return servers.StartMySQLWith(ctx, o) })
-	cleanup(t, m)
-	return m
+	return private(t, "mysql", func(ctx context.Context) (*servers.MySQL, error) { return servers.StartMySQLWith(ctx, o) })
 }
 
 // ZooKeeper returns the ZooKeeper shared by the test binary. Do not fault it.
 func ZooKeeper(t testing.TB) *servers.ZooKeeper {
 	t.Helper()
-	ctx, cancel := startCtx(t)
-	defer cancel()
-	z, err := servers.SharedZooKeeper(ctx)
-	check(t, "shared zookeeper", err)
-	return z
+	return shared(t, "zookeeper", servers.SharedZooKeeper)
 }
 
-// NewZooKeeper starts a private standalone ZooKeeper.
-func NewZooKeeper(t testing.TB) *servers.ZooKeeper {
+// NewZooKeeper starts a private standalone ZooKeeper configured by o, closed when the
+// test ends.
+func NewZooKeeper(t testing.TB, o servers.ZooKeeperOptions) *servers.ZooKeeper {
 	t.Helper()
-	z := start(t, "zookeeper", servers.StartZooKeeper)
-	cleanup(t, z)
-	return z
-}
-
-// NewZooKeeperWith starts a private standalone ZooKeeper configured by o.
-func NewZooKeeperWith(t testing.TB, o servers.ZooKeeperOptions) *servers.ZooKeeper {
-	t.Helper()
-	z := start(t, "zookeeper", func(ctx context.Context) (*servers.ZooKeeper, error) { return servers.StartZooKeeperWith(ctx, o) })
-	cleanup(t, z)
-	return z
+	return private(t, "zookeeper", func(ctx context.Context) (*servers.ZooKeeper, error) { return servers.StartZooKeeperWith(ctx, o) })
 }
 
 // ZKEnsemble starts a private n-member ZooKeeper ensemble.
 func ZKEnsemble(t testing.TB, n int) *servers.ZKEnsemble {
 	t.Helper()
-	e := start(t, "zookeeper ensemble", func(ctx context.Context) (*servers.ZKEnsemble, error) {
+	return private(t, "zookeeper ensemble", func(ctx context.Context) (*servers.ZKEnsemble, error) {
 		return servers.StartZooKeeperEnsemble(ctx, n)
 	})
-	cleanup(t, e)
-	return e
 }
 
 // Etcd returns the etcd shared by the test binary. Do not fault it.
 func Etcd(t testing.TB) *servers.Etcd {
 	t.Helper()
-	ctx, cancel := startCtx(t)
-	defer cancel()
-	e, err := servers.SharedEtcd(ctx)
-	check(t, "shared etcd", err)
-	return e
+	return shared(t, "etcd", servers.SharedEtcd)
 }
 
-// NewEtcd starts a private single-member etcd in this process.
-func NewEtcd(t testing.TB) *servers.Etcd {
+// NewEtcd starts a private single-member etcd configured by o, closed when the test
+// ends.
+func NewEtcd(t testing.TB, o servers.EtcdOptions) *servers.Etcd {
 	t.Helper()
-	e := start(t, "etcd", servers.StartEtcd)
-	cleanup(t, e)
-	return e
+	return private(t, "etcd", func(ctx context.Context) (*servers.Etcd, error) { return servers.StartEtcdWith(ctx, o) })
 }
 
-// NewEtcdWith starts a private etcd member configured by o, in this process.
-func NewEtcdWith(t testing.TB, o servers.EtcdOptions) *servers.Etcd {
-	t.Helper()
-	e := start(t, "etcd", func(ctx context.Context) (*servers.Etcd, error) { return servers.StartEtcdWith(ctx, o) })
-	cleanup(t, e)
-	return e
-}
-
-// EtcdCluster starts a private n-member etcd cluster whose members each run in a
-// process of their own (the test binary must call servers.EtcdMemberMain first in
-// TestMain; Main does).
+// EtcdCluster starts a private n-member etcd cluster (a process per member).
 func EtcdCluster(t testing.TB, n int) *servers.EtcdCluster {
 	t.Helper()
-	c := start(t, "etcd cluster", func(ctx context.Context) (*servers.EtcdCluster, error) {
+	return private(t, "etcd cluster", func(ctx context.Context) (*servers.EtcdCluster, error) {
 		return servers.StartEtcdCluster(ctx, n)
 	})
-	cleanup(t, c)
-	return c
 }
 
 // LeaderKills returns a fault for conformance.LeaderKiller: each call restarts (with
@@ -396,4 +367,58 @@ func Proxy(t testing.TB, target string) *servers.Proxy {
 	}
 	cleanup(t, p)
 	return p
+}
+
+// Postgres returns the PostgreSQL server shared by the test binary. Do not fault it.
+func Postgres(t testing.TB) *servers.Postgres {
+	t.Helper()
+	return shared(t, "postgres", servers.SharedPostgres)
+}
+
+// NewPostgres starts a private PostgreSQL server configured by o, closed when the
+// test ends.
+func NewPostgres(t testing.TB, o servers.PostgresOptions) *servers.Postgres {
+	t.Helper()
+	return private(t, "postgres", func(ctx context.Context) (*servers.Postgres, error) { return servers.StartPostgres(ctx, o) })
+}
+
+// PostgresDatabase creates a fresh database on p, dropped when the test ends, and
+// returns its name.
+func PostgresDatabase(t testing.TB, p *servers.Postgres) string {
+	t.Helper()
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	name, err := p.NewDatabase(ctx)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.DropDatabase(ctx, name) // the server may be dead by now: best effort
+	})
+	return name
+}
+
+// PostgresReplicaPair starts a private primary and its streaming replica (see
+// servers.StartPostgresReplicaPair), closed when the test ends.
+func PostgresReplicaPair(t testing.TB, sync bool) (primary, replica *servers.Postgres) {
+	t.Helper()
+	type pair struct{ p, r *servers.Postgres }
+	p := start(t, "postgres replica pair", func(ctx context.Context) (pair, error) {
+		p, r, err := servers.StartPostgresReplicaPair(ctx, sync)
+		return pair{p, r}, err
+	})
+	cleanup(t, p.r)
+	cleanup(t, p.p)
+	return p.p, p.r
+}
+
+// PgBouncer starts a private pgbouncer in front of target (host:port) pooling in
+// mode, closed when the test ends.
+func PgBouncer(t testing.TB, target, mode string, users ...string) *servers.PgBouncer {
+	t.Helper()
+	return private(t, "pgbouncer", func(ctx context.Context) (*servers.PgBouncer, error) {
+		return servers.StartPgBouncer(ctx, target, mode, users...)
+	})
 }

@@ -64,3 +64,13 @@ func TestMissingSkipsUnlessRequired(t *testing.T) {
 		t.Fatalf("nil error: skipped %q, fatal %q", r.skipped, r.fatal)
 	}
 }
+
+// A server kind without a container image, asked for under DLOCK_SERVERS=docker,
+// skips even when servers are required: the container path does not run it.
+func TestNoImageSkips(t *testing.T) {
+	t.Setenv(servers.EnvRequire, "1")
+	r := runCheck(fmt.Errorf("start: %w", &servers.NoImageError{What: "PostgreSQL"}))
+	if r.fatal != "" || !strings.Contains(r.skipped, "PostgreSQL has no container image") {
+		t.Fatalf("no image, required: skipped %q, fatal %q; want a skip naming the server", r.skipped, r.fatal)
+	}
+}
