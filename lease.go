@@ -237,6 +237,11 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // refresh extends the lease; the caller holds the operation slot.
 func (ls *lease) refresh(ctx context.Context, ttl time.Duration) error {
+	// A renewal that starts past the deadline (its timer ran late, or the deadline
+	// timer has not run yet on a busy machine) finds the lease ended by the
+	// deadline: the driver is not asked, and a store that no longer holds the lock
+	// is not taken for a refusal (CauseRefused) when the lease had run out first.
+	ls.checkDeadline()
 	if done, _ := ls.ended(); done {
 		return ls.notHeld()
 	}

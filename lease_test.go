@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -347,5 +348,64 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	want := []string{"lock 1 released", "lock 2 released", "driver closed"}
 	if fmt.Sprint(s.events) != fmt.Sprint(want) {
 		t.Fatalf("events %q, want %q: the grant that landed during Close is given back before the driver closes", s.events, want)
+	}
+}
+
+// validityStore grants locks that keep their own validity deadline, as Redlock's
+// do: a refresh before it fails as a store that does not answer would; one that
+// starts at or after it is refused with ErrNotHeld without asking anyone (what
+// redlock's Refresh did until it learned better).
+type validityStore struct{ ttl time.Duration }
+
+func (s *validityStore) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	return &validityLock{until: time.Now().Add(ttl)}, nil
+}
+func (s *validityStore) Close() error { return nil }
+
+type validityLock struct{ until time.Time }
+
+func (l *validityLock) Token() uint64 { return 1 }
+func (l *validityLock) Refresh(context.Context, time.Duration) error {
+	if time.Now().Before(l.until) {
+		return errors.New("no answer")
+	}
+	return dlock.ErrNotHeld
+}
+func (l *validityLock) Unlock(context.Context) error { return nil }
+
+// TestRenewalPastDeadlineIsNotARefusal: an auto-renewed lease whose renewals all
+// fail ends by its deadline as CauseUnreachable, also when a renewal starts at the
+// deadline before the deadline's own timer has run: the lease core must not ask the
+// driver then, nor take its answer for the store's refusal (CauseRefused). In a
+// synctest bubble, with no drift allowance, the renewals retried every TTL/12 after
+// the first at TTL/3 fall due at the deadline's very instant, and the scheduler runs
+// the two timers' goroutines in either order: 200 leases make both orders occur.
+func TestRenewalPastDeadlineIsNotARefusal(t *testing.T) {
+	refused := 0
+	for range 200 {
+		synctest.Test(t, func(t *testing.T) {
+			const ttl = 120 * time.Millisecond
+			l := dlock.New(&validityStore{}, driver.Info{Name: "validity", Drift: func(time.Duration) time.Duration { return 0 }})
+			defer l.Close()
+			ls, err := l.TryAcquire(context.Background(), "k", dlock.WithTTL(ttl), dlock.WithAutoRenew())
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-ls.Done()
+			var le *dlock.LossError
+			if !errors.As(ls.Err(), &le) {
+				t.Fatalf("Err = %v, want a LossError", ls.Err())
+			}
+			switch le.Cause {
+			case dlock.CauseUnreachable:
+			case dlock.CauseRefused:
+				refused++
+			default:
+				t.Fatalf("Err = %v, want cause %v", ls.Err(), dlock.CauseUnreachable)
+			}
+		})
+	}
+	if refused > 0 {
+		t.Errorf("%d of 200 leases whose renewals never reached the store ended as refused (%v), want %v", refused, dlock.CauseRefused, dlock.CauseUnreachable)
 	}
 }

@@ -228,19 +228,25 @@ type lock struct {
 // overtaken.
 func (l *lock) awaitAcquire(i int) { waitAtMost(l.acquired[i], l.settleWithin) }
 
+// errValidityOver: a refresh started after the lease's validity deadline.
+var errValidityOver = errors.New("the lease's validity is over")
+
 // Token is always 0: Redlock has no counter that every later grant is sure to exceed
 // (see the docs page).
 func (l *lock) Token() uint64 { return 0 }
 
 // Refresh sets the TTL to ttl on every master that still holds our value and succeeds
 // when a majority did so before the lease's validity deadline (step 5). It returns
-// dlock.ErrNotHeld when the validity is over or more than N − quorum masters no
-// longer hold our value, and an error wrapping dlock.ErrUnavailable when too few
-// clear answers came: the lease then keeps its old validity deadline.
+// dlock.ErrNotHeld when more than N − quorum masters no longer hold our value, and
+// an error wrapping dlock.ErrUnavailable when too few clear answers came: the lease
+// then keeps its old validity deadline. A refresh that starts when the validity is
+// over asks no master and returns errValidityOver: no master refused anything, so
+// it is not ErrNotHeld (which dlock reports as a lock the store no longer holds);
+// dlock's own deadline ends the lease.
 func (l *lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	if !start.Before(l.validUntil) {
-		return fmt.Errorf("%w: redlock: the validity of %q is over", dlock.ErrNotHeld, l.key)
+		return fmt.Errorf("redlock: refresh %q: %w", l.key, errValidityOver)
 	}
 	ctx, cancel := context.WithDeadline(ctx, l.validUntil)
 	defer cancel()
