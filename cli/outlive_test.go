@@ -15,11 +15,13 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock/backends/etcdlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
+	"github.com/dlock-go/dlock/backends/pglock"
 	"github.com/dlock-go/dlock/backends/zklock"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
@@ -45,6 +47,11 @@ type lossMode struct {
 	// nextAfterHeal: the next run starts once the fault is healed (Redlock refuses an
 	// Acquire while a majority of its masters is hung, rather than wait).
 	nextAfterHeal bool
+	// abrupt: an inferred loss (the next run waits from before the fault) that the
+	// backend reports with no deadline to wait for — it drops its connection, which
+	// may free the lock at once — so the command gets SIGKILL at once, as for a
+	// reported loss (postgres+advisory's unanswered ping).
+	abrupt bool
 }
 
 // outliveTarget is one backend: the holder's URL (through a proxy where a mode cuts
@@ -64,9 +71,10 @@ var background = lossMode{name: "background child"}
 // every trial the holder's last stamp precedes the next holder's first, and the
 // margin between them is logged. The modes: a partition (the holder's link
 // blackholed), a hung store (the server paused), the lock deleted behind the
-// holder's back, its connection killed or its lease revoked; and the background
-// child: the holder's command starts a stamping process in the background and exits
-// 0, and that process is gone before the lock is released.
+// holder's back, its connection killed, its session terminated or its lease
+// revoked; and the background child: the holder's command starts a stamping
+// process in the background and exits 0, and that process is gone before the lock
+// is released.
 //
 // A loss the holder infers (partition, hung store) is judged against a next holder
 // that waits from before the fault: the holder's command is killed by its lease's
@@ -85,6 +93,8 @@ func TestCommandNeverOutlivesLock(t *testing.T) {
 		{"mysql+getlock", outliveGetLock},
 		{"zk", outliveZK},
 		{"etcd", outliveEtcd},
+		{"postgres", outlivePostgres},
+		{"postgres+advisory", outliveAdvisory},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			tg := b.setup(t)
@@ -170,9 +180,9 @@ func outliveTrial(t *testing.T, tg outliveTarget, m lossMode, i int) (time.Durat
 	stderr := a.stderrText()
 	switch {
 	case m.fault == nil:
-	case m.reported && (!strings.Contains(stderr, "SIGKILL") || strings.Contains(stderr, "SIGTERM")):
+	case (m.reported || m.abrupt) && (!strings.Contains(stderr, "SIGKILL") || strings.Contains(stderr, "SIGTERM")):
 		t.Errorf("trial %d: the holder's stderr: %s; want SIGKILL at once, without SIGTERM", i, stderr)
-	case !m.reported && (!strings.Contains(stderr, "SIGTERM") || !strings.Contains(stderr, "SIGKILL")):
+	case !m.reported && !m.abrupt && (!strings.Contains(stderr, "SIGTERM") || !strings.Contains(stderr, "SIGKILL")):
 		t.Errorf("trial %d: the holder's stderr: %s; want the SIGTERM warning, then SIGKILL", i, stderr)
 	}
 	lastA, firstB, err := stampBoundary(file)
@@ -440,6 +450,96 @@ func outliveEtcd(t *testing.T) outliveTarget {
 				})
 			}},
 			background,
+		},
+	}
+}
+
+// postgresURLs returns the URL of scheme (query q) on a fresh database of p,
+// directly and through a new proxy, the proxy, and an admin pool of the database.
+func postgresURLs(t *testing.T, p *servers.Postgres, scheme, q string) (direct, via string, px *servers.Proxy, admin *pgxpool.Pool) {
+	db := servertest.PostgresDatabase(t, p)
+	px = servertest.Proxy(t, p.Addr())
+	at := func(addr string) string {
+		u := fmt.Sprintf("%s://postgres@%s/%s", scheme, addr, db)
+		if q != "" {
+			u += "?" + q
+		}
+		return u
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, p.URL(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	return at(p.Addr()), at(px.Addr()), px, admin
+}
+
+// pgExec runs query on admin and fails the test unless it changed one row.
+func pgExec(t *testing.T, admin *pgxpool.Pool, query string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tag, err := admin.Exec(ctx, query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() != 1 {
+		t.Fatalf("%s: %d rows, want 1", query, tag.RowsAffected())
+	}
+}
+
+func outlivePostgres(t *testing.T) outliveTarget {
+	direct, via, px, admin := postgresURLs(t, servertest.Postgres(t), pglock.Scheme, "")
+	hung := servertest.NewPostgres(t, servers.PostgresOptions{})
+	hungURL, _, _, _ := postgresURLs(t, hung, pglock.Scheme, "")
+	return outliveTarget{
+		holderURL: via, nextURL: direct, args: perLeaseArgs,
+		modes: []lossMode{
+			{name: "partition", fault: func(*testing.T, string) { px.Blackhole() }, heal: func(*testing.T) { px.Restore() }},
+			{name: "deleted", reported: true, fault: func(t *testing.T, key string) {
+				pgExec(t, admin, "UPDATE "+pglock.DefaultTable+" SET expires_at = '-infinity' WHERE lock_key = $1 AND expires_at > statement_timestamp()", []byte(key))
+			}},
+			background,
+			// On a server of its own, which it pauses.
+			{name: "hung store", fault: func(t *testing.T, _ string) { must(t, hung.Pause()) }, heal: func(t *testing.T) { must(t, hung.Resume()) },
+				holderURL: hungURL, nextURL: hungURL},
+		},
+	}
+}
+
+func outliveAdvisory(t *testing.T) outliveTarget {
+	// session_timeout=3s: the server ends a cut-off holder's session 3s after its
+	// last statement (the client checks every second, a third of it).
+	const q = "session_timeout=3s"
+	// A ping unanswered for a check interval ends the lease and drops the connection
+	// (which may free the lock at once): no deadline to wait for, SIGKILL at once.
+	direct, via, px, admin := postgresURLs(t, servertest.Postgres(t), pglock.AdvisoryScheme, q)
+	hung := servertest.NewPostgres(t, servers.PostgresOptions{})
+	hungURL, _, _, _ := postgresURLs(t, hung, pglock.AdvisoryScheme, q)
+	return outliveTarget{
+		holderURL: via, nextURL: direct,
+		modes: []lossMode{
+			{name: "partition", abrupt: true, fault: func(*testing.T, string) { px.Blackhole() }, heal: func(*testing.T) { px.Restore() }},
+			{name: "terminated session", reported: true, fault: func(t *testing.T, key string) {
+				// The session that holds key's advisory lock: its id is in the key
+				// registry; a bigint advisory key is classid (high half), objid (low
+				// half), objsubid 1 in pg_locks.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				var n int
+				err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l, `+pglock.DefaultRegistry+` r
+WHERE r.lock_key = $1 AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::bigint = (r.id >> 32) & 4294967295 AND l.objid::bigint = r.id & 4294967295`, []byte(key)).Scan(&n)
+				if err != nil || n != 1 {
+					t.Fatalf("terminating the holder's session: %d sessions, %v", n, err)
+				}
+			}},
+			background,
+			{name: "hung store", abrupt: true, fault: func(t *testing.T, _ string) { must(t, hung.Pause()) }, heal: func(t *testing.T) { must(t, hung.Resume()) },
+				holderURL: hungURL, nextURL: hungURL},
 		},
 	}
 }
