@@ -48,8 +48,8 @@ Put every backend and peer side by side, on real servers, under real faults:
 Steps 1 and 2 run the project's own test packages ("go test -json -run
 'TestConformance|TestFaults'"), so dlock-lab compare needs a source checkout of dlock and
 the Go toolchain: run it from anywhere inside the checkout. Each test package starts
-the servers it needs itself (redis-server, MariaDB, ZooKeeper from "make deps"; etcd
-runs embedded) on free loopback ports, and stops them. A backend whose server is not
+the servers it needs itself (redis-server, MariaDB, ZooKeeper, PostgreSQL from "make
+deps"; etcd as member processes of the lab's own binary) on free loopback ports, and stops them. A backend whose server is not
 installed is skipped (its cells read "not applicable"), unless DLOCK_REQUIRE_SERVERS=1.
 
 While it works it shows progress (a bar on a terminal, plain lines otherwise). At the
@@ -156,6 +156,7 @@ var targets = []target{
 	{"mysql", ".", "./backends/mysqllock", "backends", []string{"mysql", "mysql fifo", "mysql+getlock"}},
 	{"zk", ".", "./backends/zklock", "backends", []string{"zk"}},
 	{"etcd", ".", "./backends/etcdlock", "backends", []string{"etcd"}},
+	{"postgres", ".", "./backends/pglock", "backends", nil}, // no bench target yet (issue 31)
 	{"peer+bsm", "lab", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}},
 	{"peer+redsync", "lab", "./peers/redsyncpeer", "peers", []string{"redsync", "redsync(5)"}},
 	{"peer+etcd", "lab", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}},
