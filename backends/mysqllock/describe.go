@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -76,15 +74,6 @@ func (l *tableLock) record() {
 	l.d.inBackground(func(ctx context.Context) {
 		_, _ = l.d.db.ExecContext(ctx, fmt.Sprintf(recordSQL, quoteIdent(OwnersTable(l.d.cfg.table))), l.key, l.owner[:], l.holder)
 	})
-}
-
-// holderRecord returns the JSON of the holder record ctx carries, nil if none.
-func holderRecord(ctx context.Context) []byte {
-	if h, ok := dldriver.HolderFrom(ctx); ok {
-		b, _ := json.Marshal(h)
-		return b
-	}
-	return nil
 }
 
 var (
@@ -243,20 +232,7 @@ func (d *tableDriver) List(ctx context.Context, prefix string) ([]dldriver.KeySt
 			return nil, err
 		}
 	}
-	return describeAll(ctx, names, d.Describe)
-}
-
-// describeAll describes each of names, in order.
-func describeAll(ctx context.Context, names map[string]bool, describe func(context.Context, string) ([]dldriver.KeyState, error)) ([]dldriver.KeyState, error) {
-	var out []dldriver.KeyState
-	for _, name := range slices.Sorted(maps.Keys(names)) {
-		states, err := describe(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, states...)
-	}
-	return out, nil
+	return generic.DescribeAll(ctx, names, d.Describe)
 }
 
 // process is a connection as the server's process list shows it.
@@ -433,6 +409,6 @@ func (d *getLockDriver) List(ctx context.Context, prefix string) ([]dldriver.Key
 				Note: "a hashed GET_LOCK name (GetLockName): its key cannot be read back"})
 		}
 	}
-	out, err := describeAll(ctx, names, d.Describe)
+	out, err := generic.DescribeAll(ctx, names, d.Describe)
 	return append(out, hashed...), err
 }

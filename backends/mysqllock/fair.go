@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -273,7 +274,7 @@ func (d *tableDriver) newLock(ctx context.Context, key string) (*tableLock, erro
 	if err != nil {
 		return nil, err
 	}
-	lk := &tableLock{d: d, s: s, key: []byte(key), holder: holderRecord(ctx)}
+	lk := &tableLock{d: d, s: s, key: []byte(key), holder: generic.HolderRecord(ctx)}
 	if _, err := rand.Read(lk.owner[:]); err != nil {
 		return nil, fmt.Errorf("owner id: %w", err)
 	}
