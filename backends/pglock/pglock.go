@@ -254,9 +254,10 @@ func NewAdvisory(pool *pgxpool.Pool, opts ...Option) dlock.Locker {
 
 // Migrate creates in the database pool connects to, if they do not exist: the lock
 // table (DefaultTable, or WithTable's), beside it the table of the semaphores and
-// read-write locks (HoldersTable), that of the elections (ElectionsTable) and, with
-// WithFIFO(true), the fair mode's queue table (QueueTable); and the advisory mode's
-// key registry (DefaultRegistry, or WithRegistry's). It is idempotent and safe to
+// read-write locks (HoldersTable), that of the elections (ElectionsTable), that of
+// the locks' holder records (OwnersTable) and, with WithFIFO(true), the fair mode's
+// queue table (QueueTable); and the advisory mode's key registry (DefaultRegistry,
+// or WithRegistry's). It is idempotent and safe to
 // run from many processes at once. It returns the database's error, wrapped, if a
 // table cannot be created (no CREATE privilege on the schema). It does not check or
 // alter an existing table.
@@ -278,6 +279,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, o options) error {
 		fmt.Sprintf(createTable, quoteIdent(o.table)),
 		fmt.Sprintf(createHolders, quoteIdent(HoldersTable(o.table))),
 		fmt.Sprintf(createElections, quoteIdent(ElectionsTable(o.table))),
+		fmt.Sprintf(createOwners, quoteIdent(OwnersTable(o.table))),
 		fmt.Sprintf(createRegistry, quoteIdent(o.registry)),
 	}
 	if o.fifo {

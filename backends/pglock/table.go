@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -86,7 +87,7 @@ func keyPayload(name string) string { return "k" + hex.EncodeToString([]byte(nam
 
 // tableStatements are the lock table's statements, formatted for one table.
 type tableStatements struct {
-	acquire, refresh, release, tidy string
+	acquire, refresh, release, tidy, record string
 }
 
 func newTableStatements(table string, fifo bool) tableStatements {
@@ -96,6 +97,7 @@ func newTableStatements(table string, fifo bool) tableStatements {
 		refresh: fmt.Sprintf(refreshSQL, t),
 		release: fmt.Sprintf(releaseSQL, t, "$4"),
 		tidy:    fmt.Sprintf(tidySQL, t),
+		record:  fmt.Sprintf(recordSQL, quoteIdent(OwnersTable(table)), t),
 	}
 	if fifo {
 		q := quoteIdent(QueueTable(table))
@@ -202,7 +204,7 @@ func (d *tableDriver) newLock(ctx context.Context, key string) (*tableLock, erro
 	if err != nil {
 		return nil, err
 	}
-	return &tableLock{d: d, key: []byte(key), owner: owner}, nil
+	return &tableLock{d: d, key: []byte(key), owner: owner, holder: generic.HolderRecord(ctx)}, nil
 }
 
 // acquire runs an acquiring statement (acquireSQL's answer: a token, or busy with
@@ -248,6 +250,7 @@ func (l *tableLock) acquire(ctx context.Context, query string, args ...any) (lk 
 		}
 		return nil, 0, fmt.Errorf("acquire: %w", context.Cause(ctx))
 	}
+	l.record()
 	return l, 0, nil
 }
 
@@ -301,8 +304,9 @@ func (d *tableDriver) Close() error {
 	return nil
 }
 
-// inBackground runs a clean-up f in the background with a fresh context bounded by
-// tidyTimeout, unless the driver is closed; Close waits for it.
+// inBackground runs f (a clean-up, or a best-effort write such as a holder record)
+// in the background with a fresh context bounded by tidyTimeout, unless the driver
+// is closed; Close waits for it.
 func (d *tableDriver) inBackground(f func(ctx context.Context)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -325,6 +329,7 @@ type tableLock struct {
 	owner     pgtype.UUID
 	token     uint64
 	validFrom time.Time // when the statement that granted it was sent
+	holder    []byte    // the JSON of the holder record its acquire carried, nil if none
 }
 
 func (l *tableLock) Token() uint64 { return l.token }
