@@ -84,6 +84,23 @@ func describeTargets() []describeTarget {
 			semaphore: true, rwlock: true, election: true, semLimit: true, primTokens: true, primRecorded: true, list: true},
 		{name: "mysql+getlock", url: mysqlURL("mysql+getlock", ""),
 			queue: true, address: true, semaphore: true, list: true, unlisted: []string{"/sem"}, setup: lockInfo},
+		{name: "postgres", url: postgresURL("postgres", ""),
+			recorded: true, recordLater: true, since: true, ttl: true, tokens: true,
+			semaphore: true, rwlock: true, election: true, semLimit: true, primTokens: true, primTTL: true, list: true},
+		{name: "postgres fifo", url: postgresURL("postgres", "?fifo=true"),
+			queue: true, recorded: true, recordLater: true, since: true, ttl: true, tokens: true,
+			semaphore: true, rwlock: true, election: true, semLimit: true, primTokens: true, primTTL: true, list: true},
+		{name: "postgres+advisory", url: postgresURL("postgres+advisory", ""),
+			queue: true, address: true, semaphore: true, rwlock: true, list: true},
+	}
+}
+
+// postgresURL returns the URL of scheme (with query) on a fresh database of the
+// shared PostgreSQL server, as its superuser (the shape of pglock's own tests).
+func postgresURL(scheme, query string) func(t *testing.T) string {
+	return func(t *testing.T) string {
+		p := servertest.Postgres(t)
+		return fmt.Sprintf("%s://postgres@%s/%s%s", scheme, p.Addr(), servertest.PostgresDatabase(t, p), query)
 	}
 }
 
