@@ -54,7 +54,8 @@ const MaxHolderLen = 255
 // mem, Redis and ZooKeeper semaphores and read-write locks — written by the
 // request that takes or queues the lock, so that it costs no round trip; MySQL's
 // table keeps a lock's in a side table (mysqllock.OwnersTable) written after the
-// grant, in the background. GET_LOCK, etcd's semaphores and read-write locks, and
+// grant, in the background, and so does PostgreSQL's (pglock.OwnersTable).
+// GET_LOCK, PostgreSQL's advisory locks, etcd's semaphores and read-write locks, and
 // elections keep none (an election's value is its record). dlock sets h.Since to
 // when each request is sent. The call fails with ErrInvalidHolder for a Holder that is not
 // valid (see there).

@@ -54,8 +54,8 @@ type KeyState struct {
 	Waiters []Entry
 	// Queue is true when the store keeps its waiters in a queue it shows (then
 	// Waiters lists them all); false where waiters poll and the store knows
-	// nothing of them (Redis without WithFIFO, Redlock, MySQL's table without
-	// WithFIFO).
+	// nothing of them (Redis without WithFIFO, Redlock, MySQL's and PostgreSQL's
+	// tables without WithFIFO).
 	Queue bool
 	// Note, when not empty, says something about this state that the fields
 	// above do not (e.g. "held on 3 of 5 masters").
@@ -68,7 +68,8 @@ type Entry struct {
 	// Owner is how the store names this claim: the random owner value a client
 	// wrote (Redis, MySQL's table, mem), the session that owns a node (ZooKeeper),
 	// the lease that carries a key (etcd), the connection that holds a named lock
-	// (GET_LOCK).
+	// (GET_LOCK), the server process of the session that holds an advisory lock
+	// (PostgreSQL).
 	Owner string
 	// Token is the grant's fencing token (0 where the store keeps none for it).
 	Token uint64
@@ -85,10 +86,12 @@ type Entry struct {
 	// TTL is how long the store keeps the claim without a renewal, from the moment
 	// it was read: a lease's time left, or for a waiter in a store that drops
 	// silent waiters, how long its place lasts. 0 when unknown, or when the claim
-	// lasts as long as a session (ZooKeeper, GET_LOCK).
+	// lasts as long as a session (ZooKeeper, GET_LOCK, PostgreSQL's advisory
+	// locks).
 	TTL time.Duration
 	// Address is the holder's network address as the store saw its connection
-	// (GET_LOCK: the client's host:port), "" if the store does not say.
+	// (GET_LOCK, PostgreSQL's advisory locks: the client's host:port), "" if the
+	// store does not say.
 	Address string
 	// Holder is what the client recorded about itself when it took or queued the
 	// claim (dlock.WithHolder), nil if it recorded nothing or the store cannot keep

@@ -22,6 +22,7 @@ var lockUserGrants = []string{
 	`GRANT SELECT, INSERT, UPDATE ON dlock_locks TO locker`,
 	`GRANT SELECT, INSERT, UPDATE, DELETE ON dlock_locks_holders, dlock_locks_elections, dlock_locks_queue TO locker`,
 	`GRANT USAGE ON SEQUENCE dlock_locks_queue_seq_seq TO locker`,
+	`GRANT SELECT, INSERT, UPDATE ON dlock_locks_owners TO locker`,
 	`GRANT SELECT, INSERT ON dlock_advisory_keys TO locker`,
 }
 
