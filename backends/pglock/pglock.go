@@ -91,8 +91,9 @@ type options struct {
 
 // WithTable makes New and Migrate use the table name instead of DefaultTable: one
 // identifier (quoted, so any character but NUL; at most MaxTableLen bytes, so that
-// name+"_queue", name+"_holders" and name+"_elections" fit), in the schema the
-// connection's search_path names first. Its name is also the LISTEN channel.
+// name+"_queue", name+"_holders", name+"_owners" and name+"_elections" fit), in
+// the schema the connection's search_path names first. Its name is also the LISTEN
+// channel.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithRegistry makes NewAdvisory (and Migrate) keep the key registry in the table
