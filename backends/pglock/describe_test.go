@@ -69,6 +69,13 @@ func TestDescribeMissingTables(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Exec(ctxFor(t, 10*time.Second), db, "DROP ROLE IF EXISTS "+role) })
 	nobody := pool(t, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", role, p.Addr(), db))
+	// The tables are there, and read by a user who may: the keys are held.
+	for _, l := range []dlock.Locker{pglock.New(admin), pglock.NewAdvisory(admin)} {
+		t.Cleanup(func() { l.Close() })
+		if got := listed(t, l, "held/"); len(got) != 1 {
+			t.Fatalf("the superuser lists %q, want the key held in this mode", got)
+		}
+	}
 	for name, l := range map[string]dlock.Locker{
 		"table never made":    pglock.New(admin, pglock.WithTable("never_made"), pglock.WithFIFO(true)),
 		"registry never made": pglock.NewAdvisory(admin, pglock.WithRegistry("never_made")),
