@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
 )
@@ -141,15 +141,7 @@ func listNames(ctx context.Context, c redis.UniversalClient, prefix string, desc
 			return nil, fmt.Errorf("scan %q: %w", layout, err)
 		}
 	}
-	var out []driver.KeyState
-	for _, name := range slices.Sorted(maps.Keys(names)) {
-		states, err := describe(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, states...)
-	}
-	return out, nil
+	return generic.DescribeAll(ctx, names, describe)
 }
 
 // reply reads describe.lua's answer.

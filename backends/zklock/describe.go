@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -263,13 +263,5 @@ func (d *zkDriver) List(ctx context.Context, prefix string) ([]driver.KeyState, 
 			names[name] = true
 		}
 	}
-	var out []driver.KeyState
-	for _, name := range slices.Sorted(maps.Keys(names)) {
-		states, err := d.Describe(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, states...)
-	}
-	return out, nil
+	return generic.DescribeAll(ctx, names, d.Describe)
 }
