@@ -1,12 +1,13 @@
 // Package bench measures every dlock backend and every peer (the lock libraries
 // people use today, package peers) in one process, against one set of real servers
 // started by internal/servers: one Redis, five independent Redis masters, MariaDB,
-// ZooKeeper and one etcd member in a process of its own. It is what `dlock-lab bench` prints and what
+// ZooKeeper, PostgreSQL and one etcd member in a process of its own. It is what `dlock-lab bench` prints and what
 // `go test -bench . ./internal/bench` runs.
 //
 // For each target it measures (package measure holds the measurements):
 //   - uncontended acquire+release p50/p99, interleaved round by round with the raw
-//     round trips of its store (SET NX PX + DEL, INSERT + DELETE, …), and the ratio;
+//     round trips of its store (SET NX PX + DEL, INSERT + DELETE,
+//     pg_try_advisory_lock + pg_advisory_unlock, …), and the ratio;
 //   - contended hand-offs per second with Config.Clients clients on one key, the
 //     longest and mean wait and Jain's fairness index over the clients;
 //   - the same with Config.Waiters clients (8, 32, 100), and the requests the store's
@@ -297,7 +298,8 @@ func (r *Results) JSON() ([]byte, error) {
 // Run uses the process-wide shared servers of package servers (and the addresses in
 // its environment variables); the caller stops them with servers.Shutdown. It turns
 // the MySQL driver's logging off for the whole process. The five
-// Redis masters and the MySQL database Run creates are removed before it returns.
+// Redis masters and the MySQL and PostgreSQL databases Run creates are removed
+// before it returns.
 func Run(ctx context.Context, cfg Config, progress func(string)) (*Results, error) {
 	cfg = cfg.withDefaults()
 	targets, err := Select(cfg.Targets)

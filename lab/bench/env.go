@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -29,8 +30,9 @@ func newEnv() *env {
 }
 
 // start starts (or finds) the servers of the given stores that e has not tried yet:
-// the process-wide shared Redis, MySQL, ZooKeeper and etcd of package servers, five
-// Redis masters of its own (or DLOCK_REDLOCK_ADDRS) and a fresh MySQL database. A
+// the process-wide shared Redis, MySQL, ZooKeeper, etcd and PostgreSQL of package
+// servers, five Redis masters of its own (or DLOCK_REDLOCK_ADDRS) and fresh MySQL and
+// PostgreSQL databases. A
 // store whose server cannot be started is recorded in missing; close gives back what
 // start made, but not the shared servers (servers.Shutdown stops those).
 func (e *env) start(ctx context.Context, stores ...Store) {
@@ -53,6 +55,14 @@ func (e *env) start(ctx context.Context, stores ...Store) {
 		mu.Lock()
 		e.closers = append(e.closers, f)
 		mu.Unlock()
+	}
+	// dropOnClose removes a database start made, on close.
+	dropOnClose := func(drop func(ctx context.Context) error) {
+		onClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = drop(ctx)
+		})
 	}
 	start := func(s Store, f func() error) {
 		if slices.Contains(stores, s) {
@@ -97,11 +107,7 @@ func (e *env) start(ctx context.Context, stores ...Store) {
 		if err != nil {
 			return err
 		}
-		onClose(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = m.DropDatabase(ctx, dsn)
-		})
+		dropOnClose(func(ctx context.Context) error { return m.DropDatabase(ctx, dsn) })
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
 			return err
@@ -127,6 +133,23 @@ func (e *env) start(ctx context.Context, stores ...Store) {
 		}
 		onClose(func() { _ = c.Close() })
 		e.ep.Etcd = c.Endpoints()
+		return nil
+	})
+	start(Postgres, func() error {
+		p, err := servers.SharedPostgres(ctx)
+		if err != nil {
+			return err
+		}
+		db, err := p.NewDatabase(ctx)
+		if err != nil {
+			return err
+		}
+		dropOnClose(func(ctx context.Context) error { return p.DropDatabase(ctx, db) })
+		u, err := url.Parse(p.URL(db))
+		if err != nil {
+			return err
+		}
+		e.ep.Postgres = u
 		return nil
 	})
 	wg.Wait()

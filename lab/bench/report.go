@@ -109,6 +109,8 @@ func checks(res *Results) []Check {
 		ratio("etcd ≤ 1.05× etcd-mutex (uncontended p50)", "etcd", "etcd-mutex", p50, true, 1.05),
 		ratio("etcd ≥ 3× etcd-mutex (contended hand-offs/s)", "etcd", "etcd-mutex", rate, false, 3),
 		raw("mysql ≤ 1.15× raw INSERT + DELETE (uncontended p50)", "mysql", 1.15),
+		raw("postgres ≤ 1.1× raw INSERT ON CONFLICT DO NOTHING + DELETE (uncontended p50)", "postgres", 1.1),
+		raw("postgres+advisory ≤ 1.1× raw pg_try_advisory_lock + pg_advisory_unlock (uncontended p50)", "postgres+advisory", 1.1),
 	} {
 		if c.Values != nil || c.Missing != "" {
 			out = append(out, c)
@@ -220,7 +222,7 @@ func (r *Results) Markdown() string {
 		"Many keys = %d clients cycling through %d keys for %v. "+
 		"Crash = a holder connected through TCP proxies takes the lock, another client starts waiting, %v later every proxy closes the holder's connections and refuses new ones (the holder never releases); the time from the cut to the waiter's grant, %d trials. "+
 		"Allocations = heap allocations of the whole process per Acquire+Release over %d cycles. "+
-		"Waiters = the contended measurement with each number of clients in turn; requests = what the store's servers counted meanwhile (Redis commands, MySQL statements, ZooKeeper packets, etcd gRPC messages), per hand-off.\n",
+		"Waiters = the contended measurement with each number of clients in turn; requests = what the store's servers counted meanwhile (Redis commands, MySQL statements, ZooKeeper packets, etcd gRPC messages, PostgreSQL transactions), per hand-off.\n",
 		c.Repeat, c.Rounds, c.Warmup, c.TTL, c.Clients, c.Duration, c.ManyClients, c.Keys, c.Duration, crashHold, c.CrashTrials, c.AllocCycles)
 	return b.String()
 }

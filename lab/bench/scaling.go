@@ -27,8 +27,9 @@ type ScalePoint struct {
 	TransferRate float64 // hand-offs per second: grants to another client than the previous holder
 	// Requests is the number of requests the store's servers counted during the
 	// measurement (Redis total_commands_processed, MySQL Questions, ZooKeeper's
-	// received packets, etcd's gRPC messages received), -1 where the store counts
-	// none (the in-process backend). Everything the clients sent is in it: acquires,
+	// received packets, etcd's gRPC messages received, PostgreSQL's transactions in
+	// the run's database: pgTransactions), -1 where the store counts none (the
+	// in-process backend). Everything the clients sent is in it: acquires,
 	// releases, renewals, polls, watches.
 	Requests int64
 	// PerHandoff is Requests per hand-off (0 without either).
@@ -131,6 +132,8 @@ func (e *env) requests(ctx context.Context, s Store) (int64, error) {
 		return sum(e.ep.ZooKeeper, func(a string) (int64, error) { return servers.ZooKeeperPackets(ctx, a) })
 	case Etcd:
 		return sum(e.ep.Etcd, func(a string) (int64, error) { return etcdMessages(ctx, a) })
+	case Postgres:
+		return pgTransactions(ctx, e.ep.Postgres)
 	}
 	return -1, nil
 }

@@ -27,6 +27,7 @@ import (
 	// The schemes our backends are opened by.
 	_ "github.com/dlock-go/dlock/backends/etcdlock"
 	_ "github.com/dlock-go/dlock/backends/mysqllock"
+	_ "github.com/dlock-go/dlock/backends/pglock"
 	_ "github.com/dlock-go/dlock/backends/redislock"
 	_ "github.com/dlock-go/dlock/backends/redlock"
 	_ "github.com/dlock-go/dlock/backends/zklock"
@@ -54,6 +55,7 @@ const (
 	MySQL     Store = "mysql"     // one MariaDB/MySQL, a fresh database per run
 	ZooKeeper Store = "zookeeper" // one standalone ZooKeeper
 	Etcd      Store = "etcd"      // one etcd member, a process of its own (servers.StartEtcdCluster)
+	Postgres  Store = "postgres"  // one PostgreSQL, a fresh database per run
 )
 
 // Endpoints are the addresses of one set of servers. A crash measurement builds a
@@ -62,6 +64,7 @@ type Endpoints struct {
 	Redis     string        // host:port
 	Masters   []string      // host:port of each independent master
 	MySQL     *mysql.Config // go-sql-driver configuration, database included
+	Postgres  *url.URL      // postgres:// URL of the database, as the server's superuser
 	ZooKeeper []string      // host:port
 	Etcd      []string      // host:port (client URLs without scheme)
 	Mem       *memlock.Store
@@ -84,6 +87,11 @@ func (ep Endpoints) addrs(s Store) []string {
 		return ep.ZooKeeper
 	case Etcd:
 		return ep.Etcd
+	case Postgres:
+		if ep.Postgres == nil {
+			return nil
+		}
+		return []string{ep.Postgres.Host}
 	}
 	return nil
 }
@@ -111,6 +119,10 @@ func (ep Endpoints) via(s Store, through func(string) string) Endpoints {
 		ep.ZooKeeper = mapAll(ep.ZooKeeper)
 	case Etcd:
 		ep.Etcd = mapAll(ep.Etcd)
+	case Postgres:
+		u := *ep.Postgres
+		u.Host = through(u.Host)
+		ep.Postgres = &u
 	}
 	return ep
 }
@@ -252,6 +264,17 @@ func Targets() []Target {
 				}
 				return closing(l, cli.Close), nil
 			}},
+		{Name: "postgres", Kind: Backend, Store: Postgres, Baseline: rawPgTable, Open: pgOpen(""), CrashNote: ttlNote("TTL")},
+		{Name: "postgres fifo", Kind: Backend, Store: Postgres, Baseline: rawPgTable, Open: pgOpen("fifo=true"), CrashNote: ttlNote("TTL")},
+		// The server frees a vanished client's advisory locks as soon as it hears its
+		// connection close, else once the session has been idle for session_timeout
+		// (idle_session_timeout; the lease pings it every check_interval, cut to a
+		// third of it, while it lives).
+		{Name: "postgres+advisory", Kind: Backend, Store: Postgres, Baseline: rawPgAdvisory,
+			CrashNote: func(d time.Duration) string { return fmt.Sprintf("connection closed (else session timeout %v)", d) },
+			Open: func(ctx context.Context, ep Endpoints, timeout time.Duration) (dlock.Locker, error) {
+				return open(ep.pgURL("postgres+advisory", fmt.Sprintf("session_timeout=%v", timeout)))(ctx)
+			}},
 	}
 }
 
@@ -358,6 +381,8 @@ func baselines() []baseline {
 				return err
 			}, func() { cli.Close() }, nil
 		}},
+		{Name: rawPgTable, Store: Postgres, ID: "postgres", open: openRawPgTable},
+		{Name: rawPgAdvisory, Store: Postgres, ID: "advisory", open: openRawPgAdvisory},
 	}
 }
 

@@ -33,8 +33,9 @@ func init() {
 
 const benchHelp = `
 Start one set of real servers (Redis, five independent Redis masters, MariaDB,
-ZooKeeper, and one etcd member in a process of its own; addresses in DLOCK_REDIS_ADDRS,
-DLOCK_REDLOCK_ADDRS, DLOCK_MYSQL_DSN, DLOCK_ZK_ADDRS, DLOCK_ETCD_ADDRS are used instead
+ZooKeeper, PostgreSQL, and one etcd member in a process of its own; addresses in
+DLOCK_REDIS_ADDRS, DLOCK_REDLOCK_ADDRS, DLOCK_MYSQL_DSN, DLOCK_ZK_ADDRS,
+DLOCK_ETCD_ADDRS and DLOCK_POSTGRES_URL are used instead
 where set), build every dlock backend and every peer library (bsm/redislock, redsync,
 etcd concurrency.Mutex, go-zookeeper zk.Lock, MySQL GET_LOCK) on them, and print one
 Markdown table:

@@ -156,7 +156,7 @@ var targets = []target{
 	{"mysql", ".", "./backends/mysqllock", "backends", []string{"mysql", "mysql fifo", "mysql+getlock"}},
 	{"zk", ".", "./backends/zklock", "backends", []string{"zk"}},
 	{"etcd", ".", "./backends/etcdlock", "backends", []string{"etcd"}},
-	{"postgres", ".", "./backends/pglock", "backends", nil}, // no bench target yet (issue 31)
+	{"postgres", ".", "./backends/pglock", "backends", []string{"postgres", "postgres fifo", "postgres+advisory"}},
 	{"peer+bsm", "lab", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}},
 	{"peer+redsync", "lab", "./peers/redsyncpeer", "peers", []string{"redsync", "redsync(5)"}},
 	{"peer+etcd", "lab", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}},
