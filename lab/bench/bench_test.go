@@ -44,7 +44,7 @@ var tiny = Config{
 // TestRunSmoke runs every measurement of every target briefly through Run and checks
 // that each produced its numbers without errors, and that the report holds them.
 // withPrimitives are the targets that have semaphores (and maybe read-write locks).
-var withPrimitives = []string{"mem", "redis", "redlock(5)", "mysql", "mysql+getlock", "zk", "etcd"}
+var withPrimitives = []string{"mem", "redis", "redlock(5)", "mysql", "mysql+getlock", "zk", "etcd", "postgres", "postgres+advisory"}
 
 func TestRunSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -100,7 +100,7 @@ func TestRunSmoke(t *testing.T) {
 		if r.Kind == Backend && (r.MultiKey == nil || r.MultiKey.Set.N == 0 || r.MultiKey.Ratio <= 0) {
 			t.Errorf("%s: missing multi-key numbers: %+v", r.Name, r.MultiKey)
 		}
-		if elects := map[string]bool{"redis": true, "mysql": true, "zk": true, "etcd": true}; elects[r.Name] && (r.Election == nil || len(r.Election.Trials) != tiny.CrashTrials) {
+		if elects := map[string]bool{"redis": true, "mysql": true, "zk": true, "etcd": true, "postgres": true}; elects[r.Name] && (r.Election == nil || len(r.Election.Trials) != tiny.CrashTrials) {
 			t.Errorf("%s: missing election failover numbers: %+v", r.Name, r.Election)
 		}
 		if r.Baseline != "" && r.RawRatio <= 0 {
@@ -120,14 +120,19 @@ func TestRunSmoke(t *testing.T) {
 	// its connection closes, long before the timeout (without the cut the waiter
 	// would time out instead). A TTL lock, on the other hand, stays taken until its
 	// TTL: a waiter that got it sooner would mean the holder never had it.
-	if r := res.Row("mysql GET_LOCK"); r != nil && r.Crash != nil && r.Crash.Max > tiny.CrashTimeout/2 {
-		t.Errorf("GET_LOCK freed %v after the holder's connection was cut; want well under %v", r.Crash.Max, tiny.CrashTimeout/2)
+	// PostgreSQL's advisory locks, too, end with the session the server sees close.
+	for _, n := range []string{"mysql GET_LOCK", "postgres+advisory"} {
+		if r := res.Row(n); r != nil && r.Crash != nil && r.Crash.Max > tiny.CrashTimeout/2 {
+			t.Errorf("%s freed %v after the holder's connection was cut; want well under %v", n, r.Crash.Max, tiny.CrashTimeout/2)
+		}
 	}
-	if r := res.Row("redis"); r != nil && r.Crash != nil && r.Crash.P50 < tiny.CrashTimeout-crashHold-50*time.Millisecond {
-		t.Errorf("redis: waiter got the lock %v after the cut, before the TTL %v ran out", r.Crash.P50, tiny.CrashTimeout)
+	for _, n := range []string{"redis", "postgres"} {
+		if r := res.Row(n); r != nil && r.Crash != nil && r.Crash.P50 < tiny.CrashTimeout-crashHold-50*time.Millisecond {
+			t.Errorf("%s: waiter got the lock %v after the cut, before the TTL %v ran out", n, r.Crash.P50, tiny.CrashTimeout)
+		}
 	}
-	if len(res.Checks) < 11 {
-		t.Errorf("%d checks, want the 11 ratios and the wait and scaling checks of each backend", len(res.Checks))
+	if len(res.Checks) < 13 {
+		t.Errorf("%d checks, want the 13 ratios and the wait and scaling checks of each backend", len(res.Checks))
 	}
 	if !res.Load.Forced && !res.Load.Quiet() || res.Load.Before == "" || res.Load.After == "" {
 		t.Errorf("load not recorded: %+v", res.Load)
@@ -204,7 +209,7 @@ func TestChecks(t *testing.T) {
 		}
 	}
 	for claim := range got {
-		if strings.HasPrefix(claim, "mysql") || strings.HasPrefix(claim, "redis+setnx") {
+		if strings.HasPrefix(claim, "mysql") || strings.HasPrefix(claim, "postgres") || strings.HasPrefix(claim, "redis+setnx") {
 			t.Errorf("check reported for a target not selected, or for a study variant: %q", claim)
 		}
 	}
@@ -293,7 +298,7 @@ func eachTarget(b *testing.B, f func(b *testing.B, e *env, t Target)) {
 //
 //	go test -run '^$' -bench Uncontended -benchtime 300x ./internal/bench
 //
-// Sub-benchmarks: mem, redis, redis5, mysql, getlock, zk, etcd.
+// Sub-benchmarks: mem, redis, redis5, mysql, getlock, zk, etcd, postgres, advisory.
 func BenchmarkUncontended(b *testing.B) {
 	bases := map[string]baseline{}
 	for _, bl := range baselines() {
