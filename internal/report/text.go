@@ -198,7 +198,7 @@ func (r *Report) ScalingMarkdown() string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nHand-offs: grants to another client than the previous holder. Requests: what the store's servers counted during the measurement (Redis commands, MySQL statements, ZooKeeper packets, etcd gRPC messages), renewals and wake-ups included.\n")
+	b.WriteString("\nHand-offs: grants to another client than the previous holder. Requests: what the store's servers counted during the measurement (Redis commands, MySQL statements, ZooKeeper packets, etcd gRPC messages, PostgreSQL transactions), renewals and wake-ups included.\n")
 	return b.String()
 }
 
