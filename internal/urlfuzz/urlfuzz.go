@@ -143,7 +143,7 @@ var Seeds = []string{
 	"zk://u:p@h1:2181,h2:2181/r/s?session_timeout=24h", "zk://h:1/.elections", "zk://h:1/zookeeper/x",
 	"etcd://h:2379/p/!primitives", "etcd://u:p@h:1,h:2/p?tls=skip-verify", "mem://", "mem://?x=1",
 	"peer+etcd://h:1/p?session_ttl=86400", "peer+zk://h:1/r?session_timeout=100ms", "peer+bsm://h:1/15",
-	"peer+redsync://a:1,b:2", "peer+getlock://u:p@h:1/db",
+	"peer+redsync://a:1,b:2", "peer+getlock://u:p@h:1/db", "peer+pgadvisory://u:p@h:1/db",
 	"redis://[::1]:6379", "zk://h:1/r?session_timeout=596h", "redis://h:1?tls=false&tls_ca=x",
 	"mysql://u:p%40q@h/d%2Fb?table=%00", "x://%zz", "redis://h:1?a=1;b=2", "redis://h:1/%FF?fifo=TRUE&fifo=1",
 	"redlock://h:1?drift_factor=NaN&drift_fixed=0s", "mysql://u@h/db?table=" + strings.Repeat("é", 55),

@@ -7,6 +7,7 @@ import (
 	_ "github.com/dlock-go/dlock/lab/peers/bsmpeer"
 	_ "github.com/dlock-go/dlock/lab/peers/etcdpeer"
 	_ "github.com/dlock-go/dlock/lab/peers/getlockpeer"
+	_ "github.com/dlock-go/dlock/lab/peers/pgadvisorypeer"
 	_ "github.com/dlock-go/dlock/lab/peers/redsyncpeer"
 	_ "github.com/dlock-go/dlock/lab/peers/zkpeer"
 

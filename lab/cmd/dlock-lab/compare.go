@@ -70,7 +70,8 @@ conformance-*.json / faults-*.json cell files) without running anything.
 Backends (--backends, comma-separated; default all):
   mem, redis (SET NX PX, also redis+setnx and Redis Cluster), redlock,
   mysql (also mysql+getlock), zk, etcd,
-  peer+bsm, peer+redsync, peer+etcd, peer+zk, peer+getlock (libraries people use today)
+  peer+bsm, peer+redsync, peer+etcd, peer+zk, peer+getlock, peer+pgadvisory
+  (libraries and lock code people use today)
   "backends" and "peers" name the two groups.
 
 Scenarios (--scenarios, comma-separated; default all):
@@ -162,6 +163,7 @@ var targets = []target{
 	{"peer+etcd", "lab", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}},
 	{"peer+zk", "lab", "./peers/zkpeer", "peers", []string{"zk.Lock"}},
 	{"peer+getlock", "lab", "./peers/getlockpeer", "peers", []string{"mysql GET_LOCK"}},
+	{"peer+pgadvisory", "lab", "./peers/pgadvisorypeer", "peers", nil},
 }
 
 // Scenario names of --scenarios besides the fault scenarios.

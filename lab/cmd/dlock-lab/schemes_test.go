@@ -10,11 +10,12 @@ import (
 // (no server answers at 127.0.0.1:1) and one query parameter it knows ("" for none).
 // The backends' schemes are the root package's tests' (open_test.go).
 var peerURLs = map[string]schemetest.Example{
-	"peer+bsm":     {"peer+bsm://127.0.0.1:1", ""},
-	"peer+etcd":    {"peer+etcd://127.0.0.1:1", "session_ttl=5"},
-	"peer+getlock": {"peer+getlock://u@127.0.0.1:1/db", ""},
-	"peer+redsync": {"peer+redsync://127.0.0.1:1", ""},
-	"peer+zk":      {"peer+zk://127.0.0.1:1", "session_timeout=5s"},
+	"peer+bsm":        {"peer+bsm://127.0.0.1:1", ""},
+	"peer+etcd":       {"peer+etcd://127.0.0.1:1", "session_ttl=5"},
+	"peer+getlock":    {"peer+getlock://u@127.0.0.1:1/db", ""},
+	"peer+pgadvisory": {"peer+pgadvisory://u@127.0.0.1:1/db", ""},
+	"peer+redsync":    {"peer+redsync://127.0.0.1:1", ""},
+	"peer+zk":         {"peer+zk://127.0.0.1:1", "session_timeout=5s"},
 }
 
 // onlyPeers runs check on the peer schemes (those the root package's tests do not).
@@ -54,11 +55,12 @@ func withBackends() map[string]schemetest.Example {
 // peerBounds are the bounds of every peer scheme's query parameters (the TLS
 // parameters' are schemetest.TLSBounds).
 var peerBounds = map[string]map[string]schemetest.Bound{
-	"peer+bsm":     {},
-	"peer+etcd":    {"session_ttl": {OK: []string{"1", "86400"}, Bad: []string{"0", "86401", "9300000000"}, Want: "from 1 to 86400"}},
-	"peer+getlock": {},
-	"peer+redsync": {},
-	"peer+zk":      {"session_timeout": schemetest.SessionTimeoutBounds},
+	"peer+bsm":        {},
+	"peer+etcd":       {"session_ttl": {OK: []string{"1", "86400"}, Bad: []string{"0", "86401", "9300000000"}, Want: "from 1 to 86400"}},
+	"peer+getlock":    {},
+	"peer+pgadvisory": {},
+	"peer+redsync":    {},
+	"peer+zk":         {"session_timeout": schemetest.SessionTimeoutBounds},
 }
 
 // TestPeerBounds: every query parameter of every peer scheme has a floor and a

@@ -1,0 +1,42 @@
+package pgadvisorypeer_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
+)
+
+// holderFaults enables the holder-process scenarios (crash, pause).
+type holderFaults struct{ *harness }
+
+func (h holderFaults) URL(testing.TB) string { return h.peerURL(h.server.Addr()) }
+
+// partitionFaults enables the blackholed-holder scenario.
+type partitionFaults struct{ *harness }
+
+func (h partitionFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
+	l := h.NewLocker(t)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return l, h.proxies[l]
+}
+
+// TestFaults runs the fault campaign on session advisory locks. A lock lives as long
+// as its session: a killed holder's connection closes and frees the lock at once; a
+// paused or blackholed holder's connection stays open on the server
+// (idle_session_timeout is off by default), so its lock is never granted to another
+// (peer+pgadvisory declares the pause and the partition not applicable) — the lock is
+// unavailable instead. Those scenarios wait out the suite's bound once (the suite
+// skips their other trials), so the holder scenarios and the partition run side by
+// side.
+func TestFaults(t *testing.T) {
+	t.Run("holders", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunFaults(t, holderFaults{newHarness(t)})
+	})
+	t.Run("partition", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunFaults(t, partitionFaults{newHarness(t)})
+	})
+}
