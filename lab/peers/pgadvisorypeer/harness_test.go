@@ -58,23 +58,11 @@ func (h *harness) peerURL(addr string) string {
 	return u.String()
 }
 
-// NewLocker returns pgadvisorypeer.New on a pool of its own (PoolSize connections,
-// as the opener's) that reaches the server through a proxy of its own.
+// NewLocker opens a client by the peer's URL (a pool of its own, which its Close
+// closes) that reaches the server through a proxy of its own.
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	p := servertest.Proxy(t, h.server.Addr())
-	u := *h.pgURL
-	u.Host = p.Addr()
-	cfg, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = pgadvisorypeer.PoolSize
-	pool, err := pgxpool.NewWithConfig(ctxFor(t, 10*time.Second), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the Locker's Close, which gives its connections back
-	l := pgadvisorypeer.New(pool)
+	l := servertest.Open(t, h.peerURL(p.Addr()))
 	h.mu.Lock()
 	h.proxies[l] = p
 	h.mu.Unlock()
