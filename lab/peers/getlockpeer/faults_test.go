@@ -27,9 +27,7 @@ type partitionFaults struct{ *harness }
 
 func (h partitionFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
 	l := h.NewLocker(t)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return l, h.proxies[l]
+	return l, h.proxies.Of(t, l)
 }
 
 // TestFaults runs the fault campaign on GET_LOCK. A lock lives as long as its

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"io"
 	"log"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/lab/peers/getlockpeer"
+	"github.com/dlock-go/dlock/lab/peers/internal/peertest"
 	"github.com/dlock-go/dlock/spec"
 )
 
@@ -29,14 +29,12 @@ func TestMain(m *testing.M) {
 // harness gives the suite clients of the shared MariaDB, each with its own pool
 // through its own proxy, so that one client can vanish.
 type harness struct {
-	m *servers.MySQL
-
-	mu      sync.Mutex
-	proxies map[dlock.Locker]*servers.Proxy
+	m       *servers.MySQL
+	proxies peertest.Proxies
 }
 
 func newHarness(t *testing.T) *harness {
-	return &harness{m: servertest.MySQL(t), proxies: map[dlock.Locker]*servers.Proxy{}}
+	return &harness{m: servertest.MySQL(t)}
 }
 
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
@@ -52,9 +50,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	l := getlockpeer.New(db)
-	h.mu.Lock()
-	h.proxies[l] = p
-	h.mu.Unlock()
+	h.proxies.Add(l, p)
 	return l
 }
 
@@ -88,19 +84,8 @@ func (h *harness) Waiting(t testing.TB, key string) int {
 }
 
 // Vanish cuts the client's connections, as a crash or a network cut does.
-func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
-	h.mu.Lock()
-	p := h.proxies[l]
-	h.mu.Unlock()
-	p.Cut()
-}
+func (h *harness) Vanish(t testing.TB, l dlock.Locker) { h.proxies.Of(t, l).Cut() }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
 }
-
-// TestCutHolderLearnsAtRelease shows what a GET_LOCK holder whose connection is cut
-
-// goes through: the server frees the lock for another client at once, the holder's
-
-// lease stays open (nothing tells database/sql), and its Release finds the lock gone.

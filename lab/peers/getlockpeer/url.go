@@ -28,15 +28,12 @@ func parseURL(u *url.URL) (*mysql.Config, error) {
 	if _, err := dlock.ParseQuery(u); err != nil {
 		return nil, err
 	}
-	hosts, err := peerurl.Hosts(u)
+	host, err := peerurl.Host(u)
 	if err != nil {
 		return nil, err
 	}
-	if len(hosts) != 1 {
-		return nil, peerurl.OneHost(u)
-	}
 	cfg := mysql.NewConfig()
-	cfg.Net, cfg.Addr = "tcp", hosts[0]
+	cfg.Net, cfg.Addr = "tcp", host
 	cfg.User = u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
 	if cfg.User == "" && cfg.Passwd != "" {

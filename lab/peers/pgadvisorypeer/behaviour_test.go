@@ -1,7 +1,6 @@
 package pgadvisorypeer_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -22,29 +21,7 @@ func TestOpen(t *testing.T) {
 func TestCutHolderLearnsAtRelease(t *testing.T) {
 	h := newHarness(t)
 	a, b := h.NewLocker(t), h.NewLocker(t)
-	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	k := t.Name()
-	la, err := a.TryAcquire(ctx, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Vanish(t, a)
-	lb, err := b.Acquire(ctx, k)
-	if err != nil {
-		t.Fatalf("another client's Acquire after the holder's connection was cut: %v", err)
-	}
-	defer func() { _ = lb.Release(ctx) }()
-	if err := la.Err(); err != nil {
-		t.Fatalf("the cut holder's lease ended by itself (%v): the adapter now learns of the cut; update the docs and DoneAndErr", err)
-	}
-	if err := la.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Release by the cut holder: want ErrNotHeld, got %v", err)
-	}
-	if err := la.Err(); !errors.Is(err, dlock.ErrLost) {
-		t.Fatalf("Err after that Release: want ErrLost, got %v", err)
-	}
+	peertest.CheckCutHolderLearnsAtRelease(t, a, b, func() { h.Vanish(t, a) })
 }
 
 // TestHashCollisionSharesALock: two different keys whose hashtext values are equal
@@ -61,6 +38,7 @@ func TestHashCollisionSharesALock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("looking for two keys with one hashtext: %v", err)
 	}
+	t.Logf("%q and %q have one hashtext", k1, k2)
 	a, b := h.NewLocker(t), h.NewLocker(t)
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
 	ctx := ctxFor(t, 20*time.Second)

@@ -3,7 +3,6 @@ package pgadvisorypeer_test
 import (
 	"context"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +32,7 @@ type harness struct {
 	pgURL  *url.URL      // postgres:// URL of the database, as the superuser
 	admin  *pgxpool.Pool // the harness's own look at pg_locks
 
-	mu      sync.Mutex
-	proxies map[dlock.Locker]*servers.Proxy
+	proxies peertest.Proxies
 }
 
 func newHarness(t *testing.T) *harness {
@@ -48,7 +46,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	return &harness{server: p, pgURL: u, admin: admin, proxies: map[dlock.Locker]*servers.Proxy{}}
+	return &harness{server: p, pgURL: u, admin: admin}
 }
 
 // peerURL is the peer's URL of the harness's database through addr.
@@ -63,9 +61,7 @@ func (h *harness) peerURL(addr string) string {
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	p := servertest.Proxy(t, h.server.Addr())
 	l := servertest.Open(t, h.peerURL(p.Addr()))
-	h.mu.Lock()
-	h.proxies[l] = p
-	h.mu.Unlock()
+	h.proxies.Add(l, p)
 	return l
 }
 
@@ -97,15 +93,7 @@ func (h *harness) Waiting(t testing.TB, key string) int {
 }
 
 // Vanish cuts the client's connections, as a crash or a network cut does.
-func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
-	h.mu.Lock()
-	p := h.proxies[l]
-	h.mu.Unlock()
-	if p == nil {
-		t.Fatal("Vanish: not a client of this harness")
-	}
-	p.Cut()
-}
+func (h *harness) Vanish(t testing.TB, l dlock.Locker) { h.proxies.Of(t, l).Cut() }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))

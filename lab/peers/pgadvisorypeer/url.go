@@ -38,17 +38,14 @@ func parseURL(u *url.URL) (*pgxpool.Config, error) {
 	if _, err := dlock.ParseQuery(u); err != nil {
 		return nil, err
 	}
-	hosts, err := peerurl.Hosts(u)
+	addr, err := peerurl.Host(u)
 	if err != nil {
 		return nil, err
 	}
-	if len(hosts) != 1 {
-		return nil, peerurl.OneHost(u)
-	}
-	host, portText, _ := net.SplitHostPort(hosts[0]) // Hosts checked it
+	host, portText, _ := net.SplitHostPort(addr) // Host checked it
 	port, err := strconv.ParseUint(portText, 10, 16)
 	if host == "" || err != nil || port == 0 {
-		return nil, fmt.Errorf("%w: %s: host %q: want host:port, the port from 1 to 65535", dlock.ErrInvalidURL, Scheme, hosts[0])
+		return nil, fmt.Errorf("%w: %s: host %q: want host:port, the port from 1 to 65535", dlock.ErrInvalidURL, Scheme, addr)
 	}
 	user := u.User.Username()
 	password, _ := u.User.Password()

@@ -19,9 +19,7 @@ func (h faultHarness) URL(t testing.TB) string {
 
 func (h faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
 	l := h.NewLocker(t)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return l, h.proxies[l]
+	return l, h.proxies.Of(t, l)
 }
 
 // TestFaults runs the fault campaign on zk.Lock: a killed holder's session expires

@@ -2,7 +2,6 @@ package zkpeer_test
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,14 +24,12 @@ const (
 // harness gives the suite clients of the shared ZooKeeper, each with its own session
 // through its own proxy, so that one client can vanish.
 type harness struct {
-	z *servers.ZooKeeper
-
-	mu      sync.Mutex
-	proxies map[dlock.Locker]*servers.Proxy
+	z       *servers.ZooKeeper
+	proxies peertest.Proxies
 }
 
 func newHarness(t *testing.T) *harness {
-	return &harness{z: servertest.ZooKeeper(t), proxies: map[dlock.Locker]*servers.Proxy{}}
+	return &harness{z: servertest.ZooKeeper(t)}
 }
 
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
@@ -41,9 +38,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.mu.Lock()
-	h.proxies[l] = p
-	h.mu.Unlock()
+	h.proxies.Add(l, p)
 	return l
 }
 
@@ -63,9 +58,7 @@ func (h *harness) Name() string { return "peer+zk" }
 // client, unable to reconnect, hears nothing. The link comes back before the
 // client is closed, so that it learns of the expiry.
 func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
-	h.mu.Lock()
-	p := h.proxies[l]
-	h.mu.Unlock()
+	p := h.proxies.Of(t, l)
 	p.Cut()
 	t.Cleanup(p.Restore)
 }

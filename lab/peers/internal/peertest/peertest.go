@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
@@ -69,4 +71,65 @@ func CheckOpen(t *testing.T, rawURL string) {
 func Main(m *testing.M) {
 	conformance.ChildMain()
 	servertest.Main(m)
+}
+
+// Proxies records the proxy through which each client of a harness reaches its
+// server, so that the harness can cut or blackhole one client's link. The zero value
+// is ready; it is safe for concurrent use.
+type Proxies struct {
+	mu sync.Mutex
+	m  map[dlock.Locker]*servers.Proxy
+}
+
+// Add records that l reaches its server through p.
+func (ps *Proxies) Add(l dlock.Locker, p *servers.Proxy) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.m == nil {
+		ps.m = map[dlock.Locker]*servers.Proxy{}
+	}
+	ps.m[l] = p
+}
+
+// Of returns the proxy of l; it fails t when l was not added.
+func (ps *Proxies) Of(t testing.TB, l dlock.Locker) *servers.Proxy {
+	t.Helper()
+	ps.mu.Lock()
+	p := ps.m[l]
+	ps.mu.Unlock()
+	if p == nil {
+		t.Fatal("not a client of this harness: it has no proxy")
+	}
+	return p
+}
+
+// CheckCutHolderLearnsAtRelease checks what a holder of a lock that lives as long as
+// its connection goes through when cut closes that connection (a crash, a reset):
+// the server frees the lock for another client (b) at once, the holder's lease (a's)
+// stays open, as nothing tells the client, and its Release finds the lock gone
+// (ErrNotHeld, then Err is ErrLost).
+func CheckCutHolderLearnsAtRelease(t *testing.T, a, b dlock.Locker, cut func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	k := t.Name()
+	la, err := a.TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut()
+	lb, err := b.Acquire(ctx, k)
+	if err != nil {
+		t.Fatalf("another client's Acquire after the holder's connection was cut: %v", err)
+	}
+	defer func() { _ = lb.Release(ctx) }()
+	if err := la.Err(); err != nil {
+		t.Fatalf("the cut holder's lease ended by itself (%v): the adapter now learns of the cut; update the docs and DoneAndErr", err)
+	}
+	if err := la.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release by the cut holder: want ErrNotHeld, got %v", err)
+	}
+	if err := la.Err(); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Err after that Release: want ErrLost, got %v", err)
+	}
 }

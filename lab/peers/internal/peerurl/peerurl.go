@@ -30,6 +30,18 @@ func Hosts(u *url.URL) ([]string, error) {
 	return hosts, nil
 }
 
+// Host returns the one host:port of u, or an error wrapping dlock.ErrInvalidURL.
+func Host(u *url.URL) (string, error) {
+	hosts, err := Hosts(u)
+	if err != nil {
+		return "", err
+	}
+	if len(hosts) != 1 {
+		return "", OneHost(u)
+	}
+	return hosts[0], nil
+}
+
 // RedisDB returns the database number in u's path (0 when there is none).
 func RedisDB(u *url.URL) (int, error) {
 	p := strings.Trim(u.Path, "/")
