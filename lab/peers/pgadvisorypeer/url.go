@@ -20,7 +20,9 @@ import (
 // server's default: the user's name). It takes no query parameters. The opener
 // connects in plain text (no TLS) and takes nothing from the PG* environment
 // variables or a password file; its pool has PoolSize connections. It pings the
-// server; the Locker's Close closes the pool it made.
+// server; the Locker's Close closes the pool it made, which waits for pgx to finish
+// with every connection: after a statement cancelled on a network that does not
+// answer, pgx's cleanup (a cancel request, then closing) takes up to 15 seconds.
 const Scheme = "peer+pgadvisory"
 
 // PoolSize is how many connections the opener's pool keeps at most: each held or
