@@ -205,9 +205,15 @@ func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
 	}
 }
 
-// DeleteKey deletes every node in key's lock directory, as an operator would.
+// DeleteKey deletes every node in key's lock directory, as an operator would. It
+// syncs first: the admin session may be served by an ensemble member that has not
+// yet applied the holder's create (ZooKeeper reads are not linearizable across
+// sessions), and would then find the directory empty.
 func (h *harness) DeleteKey(t testing.TB, key string) {
 	dir := zklock.LockDir(h.root, key)
+	if _, err := h.admin.Sync(dir); err != nil {
+		t.Fatalf("DeleteKey(%q): sync: %v", key, err)
+	}
 	children, _, err := h.admin.Children(dir)
 	if err != nil {
 		t.Fatalf("DeleteKey(%q): %v", key, err)
