@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,7 +86,9 @@ one benchmark repetition of 1s measurements: a first look, labelled quick. The f
 one (--full) is what a committed report is made of: 20 exercised trials of every
 fault cell (a trial whose fault did not take effect does not count: up to 3 times as
 many run), 20 trials of the timing-dependent properties, the benchmarks repeated 3
-times. Every cell records the commit and a hash of the code it tested.
+times. The quick one runs three test packages at once (--parallel), the full one one
+at a time; the benchmarks run alone in both. Every cell records the commit and a
+hash of the code it tested.
 
 Examples:
   dlock-lab compare                                  everything, quick
@@ -112,6 +115,7 @@ type compareConfig struct {
 	maxLoad             float64
 	force               bool
 	full                bool
+	parallel            int
 }
 
 // The two campaigns. The quick one (the default) runs every backend, peer and
@@ -123,6 +127,10 @@ const (
 	quickPropertyTrials, fullPropertyTrials = 1, 20
 	quickRepeat                             = 1
 	quickDuration                           = time.Second
+	// quickParallel test packages run at once in the quick campaign; the full one
+	// runs them one at a time, so that a trial's timing evidence is that of a
+	// machine running one package.
+	quickParallel, fullParallel = 3, 1
 )
 
 var compareCfg compareConfig
@@ -135,6 +143,7 @@ func compareFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.full, "full", false, "the full campaign: 20 exercised trials of every fault scenario and of the timing-dependent properties, the benchmarks repeated 3 times (default: the quick one, 2 trials, 1 repetition)")
 	fs.IntVar(&c.trials, "trials", 0, "exercised trials per fault scenario (default 2, or 20 with --full)")
 	fs.DurationVar(&c.duration, "duration", 0, "how long each benchmark measurement runs (default 1s; with --full the benchmarks' own)")
+	fs.IntVar(&c.parallel, "parallel", 0, "how many test packages run at once (default 3, or 1 with --full); the benchmarks always run alone")
 	fs.StringVar(&c.out, "out", "report", "`directory` for report.json, report.md, report.html")
 	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this; then they run, marked not quiet")
 	fs.BoolVar(&c.force, "force", false, "run the benchmarks at once even above --max-load (the report says they are not quiet)")
@@ -185,7 +194,7 @@ func compareCommand(fs *flag.FlagSet) int {
 	if c.from != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, n := range []string{"backends", "scenarios", "trials", "duration", "max-load", "force"} {
+		for _, n := range []string{"backends", "scenarios", "trials", "duration", "max-load", "force", "parallel"} {
 			if set[n] {
 				return cmd.UsageError(os.Stderr, "--from renders an earlier run; it cannot be combined with --"+n)
 			}
@@ -197,10 +206,13 @@ func compareCommand(fs *flag.FlagSet) int {
 		}
 		return finishReport(r, c.out)
 	}
-	trialsSet := false
-	fs.Visit(func(f *flag.Flag) { trialsSet = trialsSet || f.Name == "trials" })
-	if trialsSet && c.trials < 1 {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["trials"] && c.trials < 1 {
 		return cmd.UsageError(os.Stderr, "--trials must be at least 1")
+	}
+	if set["parallel"] && c.parallel < 1 {
+		return cmd.UsageError(os.Stderr, "--parallel must be at least 1")
 	}
 	campaign, propertyTrials, repeat := "quick", quickPropertyTrials, quickRepeat
 	if c.full {
@@ -210,6 +222,12 @@ func compareCommand(fs *flag.FlagSet) int {
 		c.trials = quickTrials
 		if c.full {
 			c.trials = fullTrials
+		}
+	}
+	if c.parallel == 0 {
+		c.parallel = quickParallel
+		if c.full {
+			c.parallel = fullParallel
 		}
 	}
 	if c.duration == 0 && !c.full {
@@ -258,22 +276,21 @@ func compareCommand(fs *flag.FlagSet) int {
 	}
 	prog := newProgress(os.Stderr, steps)
 	if pattern != "" {
-		for _, t := range chosen {
+		for _, res := range runTargets(ctx, chosen, c.parallel, func(t target) testResult {
 			code, err := stamp.of(t)
-			if err != nil {
-				r.Failures = append(r.Failures, t.Pkg+": "+err.Error())
-			}
 			res := runTests(ctx, root, t, pattern, c.trials, propertyTrials, c.out, prog)
+			if err != nil {
+				res.failures = append([]string{t.Pkg + ": " + err.Error()}, res.failures...)
+			}
 			for i := range res.cells {
 				res.cells[i].Code = code
 			}
+			prog.done()
+			return res
+		}) {
 			r.Cells = append(r.Cells, res.cells...)
 			r.Failures = append(r.Failures, res.failures...)
 			r.Notes = append(r.Notes, res.notes...)
-			prog.done()
-			if ctx.Err() != nil {
-				break
-			}
 		}
 	}
 	if slices.Contains(scen, scenarioBench) && ctx.Err() == nil {
@@ -296,6 +313,33 @@ func compareCommand(fs *flag.FlagSet) int {
 		return cmdline.ExitSignalBase + int(syscall.SIGINT)
 	}
 	return code
+}
+
+// runTargets runs test on each target, at most parallel at a time (test packages
+// start their own servers on free ports, so they do not share anything), and
+// returns the results in the targets' order. After ctx ends no further target
+// starts.
+func runTargets(ctx context.Context, ts []target, parallel int, test func(target) testResult) []testResult {
+	out := make([]testResult, len(ts))
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	for i, t := range ts {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = test(t)
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // finishReport prints r's summary and writes its files into out.

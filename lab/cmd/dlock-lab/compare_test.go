@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,8 +29,10 @@ func TestCompareSubset(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	// Progress: plain lines (stderr is not a terminal here).
-	for _, want := range []string{"compare: [1/3] mem", "compare: [2/3] redis", "compare: [3/3] benchmarks",
+	// Progress: plain lines (stderr is not a terminal here). The two packages run
+	// at once (the quick campaign's --parallel), so either may start first; the
+	// benchmarks start after both.
+	for _, want := range []string{"/3] mem (", "/3] redis (", "compare: [3/3] benchmarks",
 		"TestFaults/single/HolderCrash: pass", "compare: finished in"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("progress lacks %q:\n%s", want, stderr)
@@ -229,5 +233,76 @@ func TestTargetPackagesExist(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, tg.Dir, "go.mod")); err != nil {
 			t.Errorf("%s: %s is no module's directory: %v", tg.Name, tg.Dir, err)
 		}
+	}
+}
+
+// TestRunTargets: the packages run at most parallel at a time, their results come
+// back in the targets' order whatever order they finish in, and after the context
+// ends no further package starts.
+func TestRunTargets(t *testing.T) {
+	ts := []target{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}, {Name: "e"}}
+	for _, parallel := range []int{1, 2, 3} {
+		var mu sync.Mutex
+		running, most := 0, 0
+		release := make(chan struct{})
+		started := make(chan string, len(ts))
+		done := make(chan []testResult)
+		go func() {
+			done <- runTargets(context.Background(), ts, parallel, func(tg target) testResult {
+				mu.Lock()
+				running++
+				most = max(most, running)
+				mu.Unlock()
+				started <- tg.Name
+				<-release
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return testResult{notes: []string{tg.Name}}
+			})
+		}()
+		// Let the packages through one at a time, as each one starts: the pool
+		// must have started `parallel` of them before the first may finish.
+		next := func() {
+			select {
+			case <-started:
+			case <-time.After(time.Minute):
+				t.Fatalf("parallel %d: fewer packages started at once than allowed", parallel)
+			}
+		}
+		for range parallel {
+			next()
+		}
+		for range len(ts) - parallel {
+			release <- struct{}{}
+			next()
+		}
+		for range parallel {
+			release <- struct{}{}
+		}
+		res := <-done
+		if most != parallel {
+			t.Errorf("parallel %d: at most %d ran at once", parallel, most)
+		}
+		var got []string
+		for _, r := range res {
+			got = append(got, r.notes...)
+		}
+		if want := []string{"a", "b", "c", "d", "e"}; !slices.Equal(got, want) {
+			t.Errorf("parallel %d: results %v, want %v", parallel, got, want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var ran []string
+	runTargets(ctx, ts, 1, func(tg target) testResult {
+		ran = append(ran, tg.Name)
+		if tg.Name == "b" {
+			cancel()
+		}
+		return testResult{}
+	})
+	if !slices.Equal(ran, []string{"a", "b"}) {
+		t.Errorf("after cancel: ran %v, want a and b only", ran)
 	}
 }

@@ -19,6 +19,7 @@ type progress struct {
 	tty     bool
 	steps   int // packages to test, plus the benchmarks
 	ndone   int
+	started int
 	begin   time.Time
 	current string
 	drawn   time.Time
@@ -42,8 +43,9 @@ func (p *progress) start(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.current = name
+	p.started++
 	if !p.tty {
-		fmt.Fprintf(p.f, "compare: [%d/%d] %s (%s elapsed)\n", p.ndone+1, p.steps, name, p.elapsed())
+		fmt.Fprintf(p.f, "compare: [%d/%d] %s (%s elapsed)\n", p.started, p.steps, name, p.elapsed())
 		return
 	}
 	p.draw(true)
