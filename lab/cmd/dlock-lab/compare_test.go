@@ -140,6 +140,8 @@ func TestCompareUsage(t *testing.T) {
 		{[]string{"--backends", "mongo"}, "", `unknown backend "mongo"`},
 		{[]string{"--scenarios", "Meteor"}, "", `unknown scenario "Meteor"`},
 		{[]string{"--trials", "0"}, "", "--trials must be at least 1"},
+		{[]string{"--parallel", "0"}, "", "--parallel must be at least 1"},
+		{[]string{"--from", "testdata/cells", "--parallel", "2"}, "", "cannot be combined with --parallel"},
 		{[]string{"--from", "testdata/cells", "--backends", "mem"}, "", "cannot be combined with --backends"},
 		{[]string{"--from", "testdata/nothing-here"}, "", "no report.json"},
 		{[]string{"--bogus"}, "", "flag provided but not defined"},
