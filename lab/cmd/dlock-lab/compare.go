@@ -86,8 +86,8 @@ one benchmark repetition of 1s measurements: a first look, labelled quick. The f
 one (--full) is what a committed report is made of: 20 exercised trials of every
 fault cell (a trial whose fault did not take effect does not count: up to 3 times as
 many run), 20 trials of the timing-dependent properties, the benchmarks repeated 3
-times. The quick one runs three test packages at once (--parallel), the full one
-two; the benchmarks run alone in both, once the tests are done. Every cell records the commit and a
+times. Both run three test packages at once (--parallel), the longest first; the
+benchmarks run alone, once the tests are done. Every cell records the commit and a
 hash of the code it tested.
 
 Examples:
@@ -127,11 +127,11 @@ const (
 	quickPropertyTrials, fullPropertyTrials = 1, 20
 	quickRepeat                             = 1
 	quickDuration                           = time.Second
-	// quickParallel test packages run at once in the quick campaign, fullParallel
-	// in the full one. Each package starts its own servers on free ports; a
-	// verdict must not depend on the machine's load (docs/evidence.md), and the
-	// full campaign's two at a time on two cores is what `make test` does too.
-	quickParallel, fullParallel = 3, 2
+	// defaultParallel test packages run at once, in both campaigns. Each package
+	// starts its own servers on free ports; a verdict must not depend on the
+	// machine's load (docs/evidence.md). One at a time, the full campaign's
+	// packages would take about five hours.
+	defaultParallel = 3
 )
 
 var compareCfg compareConfig
@@ -144,7 +144,7 @@ func compareFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.full, "full", false, "the full campaign: 20 exercised trials of every fault scenario and of the timing-dependent properties, the benchmarks repeated 3 times (default: the quick one, 2 trials, 1 repetition)")
 	fs.IntVar(&c.trials, "trials", 0, "exercised trials per fault scenario (default 2, or 20 with --full)")
 	fs.DurationVar(&c.duration, "duration", 0, "how long each benchmark measurement runs (default 1s; with --full the benchmarks' own)")
-	fs.IntVar(&c.parallel, "parallel", 0, "how many test packages run at once (default 3, or 2 with --full); the benchmarks always run alone")
+	fs.IntVar(&c.parallel, "parallel", 0, "how many test packages run at once (default 3); the benchmarks always run alone")
 	fs.StringVar(&c.out, "out", "report", "`directory` for report.json, report.md, report.html")
 	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this; then they run, marked not quiet")
 	fs.BoolVar(&c.force, "force", false, "run the benchmarks at once even above --max-load (the report says they are not quiet)")
@@ -158,22 +158,26 @@ type target struct {
 	Pkg   string   // the package, relative to its module's directory
 	Group string   // "backends" or "peers"
 	Bench []string // its targets in internal/bench
+	// Minutes is about how long its package's tests take in the full campaign
+	// alone on two cores (2026-12-05, from the quick run's durations): the
+	// longest start first, so that the run is not left waiting on one package.
+	Minutes int
 }
 
 var targets = []target{
-	{"mem", ".", "./backends/memlock", "backends", []string{"mem"}},
-	{"redis", ".", "./backends/redislock", "backends", []string{"redis", "redis fifo", "redis+setnx/getset", "redis+setnx/expire"}},
-	{"redlock", ".", "./backends/redlock", "backends", []string{"redlock(5)"}},
-	{"mysql", ".", "./backends/mysqllock", "backends", []string{"mysql", "mysql fifo", "mysql+getlock"}},
-	{"zk", ".", "./backends/zklock", "backends", []string{"zk"}},
-	{"etcd", ".", "./backends/etcdlock", "backends", []string{"etcd"}},
-	{"postgres", ".", "./backends/pglock", "backends", []string{"postgres", "postgres fifo", "postgres+advisory"}},
-	{"peer+bsm", "lab", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}},
-	{"peer+redsync", "lab", "./peers/redsyncpeer", "peers", []string{"redsync", "redsync(5)"}},
-	{"peer+etcd", "lab", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}},
-	{"peer+zk", "lab", "./peers/zkpeer", "peers", []string{"zk.Lock"}},
-	{"peer+getlock", "lab", "./peers/getlockpeer", "peers", []string{"mysql GET_LOCK"}},
-	{"peer+pgadvisory", "lab", "./peers/pgadvisorypeer", "peers", nil},
+	{"mem", ".", "./backends/memlock", "backends", []string{"mem"}, 1},
+	{"redis", ".", "./backends/redislock", "backends", []string{"redis", "redis fifo", "redis+setnx/getset", "redis+setnx/expire"}, 32},
+	{"redlock", ".", "./backends/redlock", "backends", []string{"redlock(5)"}, 12},
+	{"mysql", ".", "./backends/mysqllock", "backends", []string{"mysql", "mysql fifo", "mysql+getlock"}, 36},
+	{"zk", ".", "./backends/zklock", "backends", []string{"zk"}, 52},
+	{"etcd", ".", "./backends/etcdlock", "backends", []string{"etcd"}, 35},
+	{"postgres", ".", "./backends/pglock", "backends", []string{"postgres", "postgres fifo", "postgres+advisory"}, 68},
+	{"peer+bsm", "lab", "./peers/bsmpeer", "peers", []string{"bsm/redislock"}, 7},
+	{"peer+redsync", "lab", "./peers/redsyncpeer", "peers", []string{"redsync", "redsync(5)"}, 7},
+	{"peer+etcd", "lab", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}, 17},
+	{"peer+zk", "lab", "./peers/zkpeer", "peers", []string{"zk.Lock"}, 9},
+	{"peer+getlock", "lab", "./peers/getlockpeer", "peers", []string{"mysql GET_LOCK"}, 2},
+	{"peer+pgadvisory", "lab", "./peers/pgadvisorypeer", "peers", nil, 12},
 }
 
 // Scenario names of --scenarios besides the fault scenarios.
@@ -226,10 +230,7 @@ func compareCommand(fs *flag.FlagSet) int {
 		}
 	}
 	if c.parallel == 0 {
-		c.parallel = quickParallel
-		if c.full {
-			c.parallel = fullParallel
-		}
+		c.parallel = defaultParallel
 	}
 	if c.duration == 0 && !c.full {
 		c.duration = quickDuration
@@ -317,14 +318,21 @@ func compareCommand(fs *flag.FlagSet) int {
 }
 
 // runTargets runs test on each target, at most parallel at a time (test packages
-// start their own servers on free ports, so they do not share anything), and
-// returns the results in the targets' order. After ctx ends no further target
+// start their own servers on free ports, so they do not share anything), the
+// longest (Minutes) first, and returns the results in the targets' order. After ctx ends no further target
 // starts.
 func runTargets(ctx context.Context, ts []target, parallel int, test func(target) testResult) []testResult {
 	out := make([]testResult, len(ts))
 	sem := make(chan struct{}, max(parallel, 1))
 	var wg sync.WaitGroup
-	for i, t := range ts {
+	// The longest first (the table's order among equals).
+	order := make([]int, len(ts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return ts[b].Minutes - ts[a].Minutes })
+	for _, i := range order {
+		t := ts[i]
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():

@@ -3,11 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/report"
 	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/lab/bench"
 	"github.com/dlock-go/dlock/spec"
 )
@@ -295,6 +301,20 @@ func TestRunTargets(t *testing.T) {
 		}
 	}
 
+	// One at a time, the longest (Minutes) first, the table's order among equals.
+	var started []string
+	res := runTargets(context.Background(), []target{{Name: "a", Minutes: 1}, {Name: "b", Minutes: 9}, {Name: "c", Minutes: 1}, {Name: "d", Minutes: 5}}, 1,
+		func(tg target) testResult {
+			started = append(started, tg.Name)
+			return testResult{notes: []string{tg.Name}}
+		})
+	if want := []string{"b", "d", "a", "c"}; !slices.Equal(started, want) {
+		t.Errorf("started %v, want %v", started, want)
+	}
+	if res[0].notes[0] != "a" || res[3].notes[0] != "d" {
+		t.Errorf("results %v, want them in the targets' order", res)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	var ran []string
 	runTargets(ctx, ts, 1, func(tg target) testResult {
@@ -306,5 +326,76 @@ func TestRunTargets(t *testing.T) {
 	})
 	if !slices.Equal(ran, []string{"a", "b"}) {
 		t.Errorf("after cancel: ran %v, want a and b only", ran)
+	}
+}
+
+// An interrupted compare leaves nothing running: the interrupt reaches the test
+// binary (go test does not pass it on), which stops its servers. Every process the
+// run starts carries a marker in its environment; none may be left once compare
+// has exited.
+func TestCompareInterruptStopsServers(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if servers.RequireServers() {
+			t.Fatal("redis-server not installed (make deps)")
+		}
+		t.Skip("redis-server not installed: make deps")
+	}
+	mark := fmt.Sprintf("DLOCK_INTERRUPT_MARK=%d", time.Now().UnixNano())
+	cmd := exec.Command(labBin, "compare", "--backends", "redis", "--scenarios", "HolderCrash",
+		"--trials", "20", "--out", t.TempDir())
+	cmd.Env = append(os.Environ(), mark)
+	stderr, err := cmd.StdoutPipe() // progress goes to stderr; the summary to stdout
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()       //nolint:errcheck // a no-op once it has exited
+	go io.Copy(io.Discard, stderr) //nolint:errcheck // drain until it exits
+	marked := func() []string {
+		var found []string
+		dirs, _ := os.ReadDir("/proc")
+		for _, d := range dirs {
+			env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+			if err == nil && slices.Contains(strings.Split(string(env), "\x00"), mark) {
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+				found = append(found, d.Name()+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+			}
+		}
+		return found
+	}
+	// Interrupt it once its test binary has started a server.
+	deadline := time.Now().Add(3 * time.Minute)
+	for !slices.ContainsFunc(marked(), func(p string) bool { return strings.Contains(p, "redis-server") }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no redis-server of the run within 3 minutes: %v", marked())
+		}
+		time.Sleep(50 * time.Millisecond) // polling /proc: nothing signals a process start
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("compare still running 3 minutes after the interrupt")
+	}
+	var left []string
+	for _, p := range marked() {
+		if !strings.Contains(p, "<defunct>") {
+			left = append(left, p)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("left running after the interrupted compare exited:\n%s", strings.Join(left, "\n"))
+		for _, p := range left {
+			if pid, err := strconv.Atoi(strings.Fields(p)[0]); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 	}
 }

@@ -80,10 +80,13 @@ func runTests(ctx context.Context, root string, t target, pattern string, trials
 	cmd.Dir = filepath.Join(root, t.Dir)
 	cmd.Env = append(os.Environ(), results.DirEnv+"="+cellDir, "DLOCK_FAULT_TRIALS="+strconv.Itoa(trials),
 		"DLOCK_PROPERTY_TRIALS="+strconv.Itoa(propertyTrials))
-	// Interrupt go test (and through it the test binary, which stops its servers)
-	// rather than kill it.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
-	cmd.WaitDelay = 30 * time.Second
+	// Interrupt go test and the test binary it runs (which stops its servers)
+	// rather than kill them: go test does not pass a signal on to its test binary,
+	// so both run in a process group of their own, and the interrupt goes to the
+	// group. (A terminal's ^C reaches this command alone, which cancels ctx.)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
+	cmd.WaitDelay = time.Minute
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return fail("%v", err)
