@@ -331,8 +331,9 @@ func TestRunTargets(t *testing.T) {
 
 // An interrupted compare leaves nothing running: the interrupt reaches the test
 // binary (go test does not pass it on), which stops its servers. Every process the
-// run starts carries a marker in its environment; none may be left once compare
-// has exited.
+// run starts carries a marker in its environment (a server may overwrite its own:
+// redis-server sets its process title there, so servers are found as the children
+// of marked processes); none may be left once compare has exited.
 func TestCompareInterruptStopsServers(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if servers.RequireServers() {
@@ -344,7 +345,7 @@ func TestCompareInterruptStopsServers(t *testing.T) {
 	cmd := exec.Command(labBin, "compare", "--backends", "redis", "--scenarios", "HolderCrash",
 		"--trials", "20", "--out", t.TempDir())
 	cmd.Env = append(os.Environ(), mark)
-	stderr, err := cmd.StdoutPipe() // progress goes to stderr; the summary to stdout
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,25 +353,50 @@ func TestCompareInterruptStopsServers(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()       //nolint:errcheck // a no-op once it has exited
-	go io.Copy(io.Discard, stderr) //nolint:errcheck // drain until it exits
-	marked := func() []string {
-		var found []string
+	defer cmd.Process.Kill()    //nolint:errcheck // a no-op once it has exited
+	go io.Copy(io.Discard, out) //nolint:errcheck // drain until it exits
+
+	type process struct{ pid, ppid, cmdline string }
+	procs := func() (all []process, marked map[string]bool) {
+		marked = map[string]bool{}
 		dirs, _ := os.ReadDir("/proc")
 		for _, d := range dirs {
-			env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
-			if err == nil && slices.Contains(strings.Split(string(env), "\x00"), mark) {
-				cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-				found = append(found, d.Name()+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+			stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+			f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			if len(f) < 2 || f[0] == "Z" {
+				continue
+			}
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+			all = append(all, process{d.Name(), f[1], strings.ReplaceAll(string(cmdline), "\x00", " ")})
+			if env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ")); err == nil &&
+				slices.Contains(strings.Split(string(env), "\x00"), mark) {
+				marked[d.Name()] = true
 			}
 		}
-		return found
+		return all, marked
 	}
-	// Interrupt it once its test binary has started a server.
-	deadline := time.Now().Add(3 * time.Minute)
-	for !slices.ContainsFunc(marked(), func(p string) bool { return strings.Contains(p, "redis-server") }) {
+	// Interrupt it once a marked process (the test binary) has a redis-server child;
+	// the run's processes then are the marked ones and their children.
+	var run []process
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		all, marked := procs()
+		run = run[:0]
+		server := false
+		for _, p := range all {
+			if marked[p.pid] || marked[p.ppid] {
+				run = append(run, p)
+				server = server || marked[p.ppid] && strings.Contains(p.cmdline, "redis-server")
+			}
+		}
+		if server {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no redis-server of the run within 3 minutes: %v", marked())
+			t.Fatalf("no redis-server of the run within 3 minutes: %v", run)
 		}
 		time.Sleep(50 * time.Millisecond) // polling /proc: nothing signals a process start
 	}
@@ -384,18 +410,17 @@ func TestCompareInterruptStopsServers(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		t.Fatal("compare still running 3 minutes after the interrupt")
 	}
+	all, marked := procs()
 	var left []string
-	for _, p := range marked() {
-		if !strings.Contains(p, "<defunct>") {
-			left = append(left, p)
-		}
-	}
-	if len(left) > 0 {
-		t.Errorf("left running after the interrupted compare exited:\n%s", strings.Join(left, "\n"))
-		for _, p := range left {
-			if pid, err := strconv.Atoi(strings.Fields(p)[0]); err == nil {
+	for _, p := range all {
+		if marked[p.pid] || slices.ContainsFunc(run, func(r process) bool { return r.pid == p.pid && r.cmdline == p.cmdline }) {
+			left = append(left, p.pid+" "+p.cmdline)
+			if pid, err := strconv.Atoi(p.pid); err == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+	}
+	if len(left) > 0 {
+		t.Errorf("left running after the interrupted compare exited (now killed):\n%s", strings.Join(left, "\n"))
 	}
 }
