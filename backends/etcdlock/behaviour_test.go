@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/etcdlock"
 	"github.com/dlock-go/dlock/internal/closetest"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -34,11 +35,8 @@ func newMutex(t testing.TB, cli *clientv3.Client, prefix, key string) *concurren
 	return concurrency.NewMutex(s, etcdlock.QueueName(prefix, key))
 }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxFor returns a context that ends after d or when t ends.
+var ctxFor = locktest.Ctx
 
 func done(ls dlock.Lease) bool {
 	select {

@@ -24,9 +24,7 @@ func (h *faultHarness) URL(t testing.TB) string { return h.url() }
 
 func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {
 	l := h.NewLocker(t)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return l, servers.Proxies(h.proxies[l])
+	return l, h.proxies.Of(t, l)
 }
 
 // singleFaults is a one-member deployment: restart applies.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +38,14 @@ type harness struct {
 	urlFor   func(eps []string) string
 	adminCfg func(*clientv3.Config)
 
-	mu      sync.Mutex
-	proxies map[dlock.Locker][]*servers.Proxy
+	proxies servertest.Links[servers.Proxies]
 }
 
 func newHarness(t testing.TB, endpoints []string) *harness { return newHarnessWith(t, endpoints, nil) }
 
 // newHarnessWith is newHarness whose own client is configured by admin.
 func newHarnessWith(t testing.TB, endpoints []string, admin func(*clientv3.Config)) *harness {
-	h := &harness{name: "etcd", endpoints: endpoints, prefix: "/dlock-test-" + randHex(4), proxies: map[dlock.Locker][]*servers.Proxy{}, adminCfg: admin}
+	h := &harness{name: "etcd", endpoints: endpoints, prefix: "/dlock-test-" + randHex(4), adminCfg: admin}
 	h.admin(t, func(ctx context.Context, cli *clientv3.Client) {
 		if _, err := cli.Get(ctx, h.prefix); err != nil {
 			t.Fatalf("etcd: %v", err)
@@ -106,9 +104,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	} else {
 		l = etcdlock.New(newClient(t, eps), etcdlock.WithPrefix(h.prefix))
 	}
-	h.mu.Lock()
-	h.proxies[l] = ps
-	h.mu.Unlock()
+	h.proxies.Add(t, l, ps)
 	return l
 }
 
@@ -149,15 +145,7 @@ func (h *harness) Waiting(t testing.TB, key string) int {
 // Vanish cuts the client's links: nothing is released or revoked, keep-alives stop
 // reaching the server.
 func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
-	h.mu.Lock()
-	ps := h.proxies[l]
-	h.mu.Unlock()
-	if len(ps) == 0 {
-		t.Fatalf("Vanish: not a Locker of this harness")
-	}
-	for _, p := range ps {
-		p.Cut()
-	}
+	h.proxies.Of(t, l).Cut()
 }
 
 // DeleteKey deletes every key of the lock's queue, as an operator would.

@@ -22,49 +22,12 @@ import (
 	"github.com/dlock-go/dlock/spec"
 )
 
-func tryAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) dlock.Lease {
-	t.Helper()
-	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key, opts...)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q): %v", key, err)
-	}
-	return ls
-}
-
-func wantHeld(t testing.TB, l dlock.Locker, key, what string) {
-	t.Helper()
-	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key, dlock.WithTTL(time.Minute))
-	if err == nil {
-		t.Errorf("%s: TryAcquire(%q) was granted (token %d); want ErrNotAcquired", what, key, ls.Token())
-		_ = ls.Release(ctxFor(t, 10*time.Second))
-		return
-	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("%s: TryAcquire(%q): want ErrNotAcquired, got %v", what, key, err)
-	}
-}
-
-func release(t testing.TB, ls dlock.Lease) {
-	t.Helper()
-	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
-		t.Fatalf("Release(%q): %v", ls.Key(), err)
-	}
-}
-
-// crashAndRestart kills the server (SIGKILL: no clean shutdown) and starts it again on
-// its data.
-func crashAndRestart(t *testing.T, m interface {
-	Kill() error
-	Restart(context.Context, bool) error
-}) {
-	t.Helper()
-	if err := m.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Restart(ctxFor(t, time.Minute), true); err != nil {
-		t.Fatal(err)
-	}
-}
+// The shared checks of locktest, under the names this package's tests use.
+var (
+	tryAcquire = locktest.TryAcquire
+	wantHeld   = locktest.WantHeld
+	release    = locktest.Release
+)
 
 // A held lock and every key's token survive a crash and restart of the server: the
 // lock is still held afterwards, its owner can still release it, and later grants
@@ -88,7 +51,7 @@ func TestServerRestart(t *testing.T) {
 	}
 	la := tryAcquire(t, a, held, dlock.WithTTL(time.Minute))
 
-	crashAndRestart(t, m)
+	servertest.CrashAndRestart(t, m)
 
 	wantHeld(t, b, held, "after the server restarted")
 	release(t, la) // still ours: the owner's release works
@@ -119,27 +82,8 @@ func TestGetLockServerRestart(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 
-	const key = "restart/getlock"
-	la := tryAcquire(t, a, key)
-	if err := m.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-la.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the holder's lease did not end within 10s of the server's death (check interval %v)", noCheck)
-	}
-	if err := m.Restart(ctxFor(t, time.Minute), true); err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(la.Err(), dlock.ErrLost) {
-		t.Errorf("Err of the lease after the restart: want ErrLost, got %v", la.Err())
-	}
-	lb := tryAcquire(t, b, key)
-	release(t, lb)
-	if err := la.Release(ctxFor(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release of the lost lease: want ErrNotHeld, got %v", err)
-	}
+	locktest.SessionLockDiesWithServer(t, a, b, "restart/getlock", noCheck, m.Kill,
+		func() error { return m.Restart(ctxFor(t, time.Minute), true) })
 }
 
 // When the connection holding a GET_LOCK lease is killed, the lock is free at once
@@ -190,25 +134,7 @@ func TestSkewedClientCannotTakeOver(t *testing.T) {
 	defer normal.Close()
 	defer skewed.Close()
 
-	ln := tryAcquire(t, normal, "skew/live", dlock.WithTTL(time.Minute))
-	wantHeld(t, skewed, "skew/live", "a client 13h ahead, on a lock with a minute left")
-	release(t, ln)
-
-	const ttl = 500 * time.Millisecond
-	t0 := time.Now()
-	ls := tryAcquire(t, skewed, "skew/own", dlock.WithTTL(ttl))
-	wantHeld(t, normal, "skew/own", "a lock just taken by the client 13h ahead")
-	ln, err := normal.Acquire(ctxFor(t, 10*time.Second), "skew/own", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatalf("the skewed client's lock (ttl %v) was not free after 10s: %v", ttl, err)
-	}
-	if took := time.Since(t0); took < ttl-2*time.Millisecond {
-		t.Errorf("the skewed client's lock was taken over after %v, before its ttl %v", took, ttl)
-	}
-	release(t, ln)
-	if err := ls.Release(ctxFor(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release of the expired lease: want ErrNotHeld, got %v", err)
-	}
+	locktest.ServerClockExpiry(t, normal, skewed, "skew", "13h ahead")
 }
 
 // The documented limit of server-clock expiry: a session that sets @@timestamp (as a

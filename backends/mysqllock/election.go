@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -153,46 +154,28 @@ func (d *tableDriver) WatchLeaders(ctx context.Context, name string, after uint6
 	if err != nil {
 		return err
 	}
-	var last uint64
-	if err := s.last.QueryRowContext(ctx, []byte(name)).Scan(&last); err != nil {
-		return err
-	}
-	if l, err := d.Leader(ctx, name); err == nil && l.Token > after {
-		found(l)
-		after = l.Token
-	} else if err != nil && !errors.Is(err, dlock.ErrNoLeader) {
-		return err
-	}
-	after = max(after, last)
-	t := time.NewTicker(observePoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		rows, err := s.terms.QueryContext(ctx, []byte(name), after)
-		if err != nil {
-			return err
-		}
-		var terms []driver.Leader
-		for rows.Next() {
-			var l driver.Leader
-			if err := rows.Scan(&l.Token, &l.Value); err != nil {
-				rows.Close()
-				return err
+	return generic.WatchTerms(ctx, generic.TermSource{
+		Last: func(ctx context.Context) (last uint64, err error) {
+			err = s.last.QueryRowContext(ctx, []byte(name)).Scan(&last)
+			return last, err
+		},
+		Leader: func(ctx context.Context) (driver.Leader, error) { return d.Leader(ctx, name) },
+		After: func(ctx context.Context, after uint64) (terms []driver.Leader, err error) {
+			rows, err := s.terms.QueryContext(ctx, []byte(name), after)
+			if err != nil {
+				return nil, err
 			}
-			terms = append(terms, l)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
-		}
-		for _, l := range terms {
-			found(l)
-			after = l.Token
-		}
-	}
+			defer func() { err = errors.Join(err, rows.Close()) }()
+			for rows.Next() {
+				var l driver.Leader
+				if err := rows.Scan(&l.Token, &l.Value); err != nil {
+					return nil, err
+				}
+				terms = append(terms, l)
+			}
+			return terms, rows.Err()
+		},
+	}, after, nil, observePoll, found)
 }
 
 // tableTerm is one term: its row, identified by the owner value.
@@ -206,26 +189,13 @@ type tableTerm struct {
 func (tm *tableTerm) Token() uint64 { return tm.term }
 
 func (tm *tableTerm) Refresh(ctx context.Context, ttl time.Duration) error {
-	ok, err := affected(tm.s.refresh.ExecContext(ctx, micros(ttl), tm.name, tm.term, tm.owner[:]))
-	switch {
-	case err != nil:
-		return fmt.Errorf("refresh term: %w", err)
-	case !ok:
-		return dlock.ErrNotHeld
-	}
-	return nil
+	res, err := tm.s.refresh.ExecContext(ctx, micros(ttl), tm.name, tm.term, tm.owner[:])
+	return owned(ctx, "refresh term", nil, res, err)
 }
 
 func (tm *tableTerm) Unlock(ctx context.Context) error {
-	ok, err := affected(tm.s.resign.ExecContext(ctx, tm.name, tm.term, tm.owner[:]))
-	switch {
-	case err != nil:
-		return fmt.Errorf("resign: %w", err)
-	case !ok:
-		_, _ = tm.s.tidy.ExecContext(ctx, tm.name, tm.term, tm.owner[:])
-		return dlock.ErrNotHeld
-	}
-	return nil
+	res, err := tm.s.resign.ExecContext(ctx, tm.name, tm.term, tm.owner[:])
+	return owned(ctx, "resign", func(ctx context.Context) { _, _ = tm.s.tidy.ExecContext(ctx, tm.name, tm.term, tm.owner[:]) }, res, err)
 }
 
 // tidyUp ends every term this campaign may have won, in the background, bounded.

@@ -95,12 +95,7 @@ func (h *faultHarness) Waiting(t testing.TB, key string) int {
 
 // RestartServers crashes the server (SIGKILL) and starts it again on its data.
 func (h *faultHarness) RestartServers(t testing.TB) {
-	if err := h.server.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.server.Restart(ctxFor(t, time.Minute), true); err != nil {
-		t.Fatal(err)
-	}
+	servertest.CrashAndRestart(t, h.server)
 }
 
 func (h *faultHarness) NewPartitionedLocker(t testing.TB) (dlock.Locker, conformance.Link) {

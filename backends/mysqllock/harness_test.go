@@ -1,14 +1,12 @@
 package mysqllock_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"io"
 	"log"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -30,11 +29,8 @@ func TestMain(m *testing.M) {
 	os.Exit(servertest.Finish(code))
 }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxFor returns a context that ends after d or when t ends.
+var ctxFor = locktest.Ctx
 
 // openDB opens a pool for dsn, closed when t ends, with its configuration changed
 // by edit (nil: as is).
@@ -160,8 +156,7 @@ type getLockHarness struct {
 	urlFor func(addr string) string
 	name   string
 
-	mu      sync.Mutex
-	proxies map[dlock.Locker]*servers.Proxy
+	proxies servertest.Links[*servers.Proxy]
 }
 
 // sessionTimeout is the wait_timeout the GET_LOCK harness sets on its connections.
@@ -179,7 +174,7 @@ func getLockHarnessOn(t *testing.T, m *servers.MySQL, dsn string) *getLockHarnes
 	if err := admin.PingContext(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	return &getLockHarness{server: m, dsn: dsn, admin: admin, proxies: map[dlock.Locker]*servers.Proxy{}}
+	return &getLockHarness{server: m, dsn: dsn, admin: admin}
 }
 
 func (h *getLockHarness) NewLocker(t testing.TB) dlock.Locker {
@@ -194,14 +189,7 @@ func (h *getLockHarness) NewLocker(t testing.TB) dlock.Locker {
 		})
 		l = mysqllock.NewGetLock(db)
 	}
-	h.mu.Lock()
-	h.proxies[l] = p
-	h.mu.Unlock()
-	t.Cleanup(func() {
-		h.mu.Lock()
-		delete(h.proxies, l)
-		h.mu.Unlock()
-	})
+	h.proxies.Add(t, l, p)
 	return l
 }
 
@@ -239,13 +227,7 @@ func inGetLock(t testing.TB, admin *sql.DB, key string) int {
 // Vanish cuts l off the network without closing anything, as a host that died or a
 // partition would: the server keeps its session (and its locks) until wait_timeout.
 func (h *getLockHarness) Vanish(t testing.TB, l dlock.Locker) {
-	h.mu.Lock()
-	p := h.proxies[l]
-	h.mu.Unlock()
-	if p == nil {
-		t.Fatal("Vanish: not a client of this harness")
-	}
-	p.Blackhole()
+	h.proxies.Of(t, l).Blackhole()
 }
 
 // DeleteKey kills the connection that holds key's lock, from another session.

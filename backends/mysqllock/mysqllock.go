@@ -23,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -149,7 +150,7 @@ func New(db *sql.DB, opts ...Option) dlock.Locker {
 }
 
 func newLocker(db *sql.DB, c config) dlock.Locker {
-	d := &tableDriver{db: db, cfg: c}
+	d := &tableDriver{db: db, cfg: c, background: generic.Background{Timeout: tidyTimeout}}
 	info := driver.Info{Name: "mysql", MinTTL: MinTTL}
 	if c.fifo {
 		return dlock.New(fairTableDriver{d}, info)

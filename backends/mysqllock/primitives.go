@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -178,7 +179,7 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 			return nil, fmt.Errorf("%w: %q is in use as a semaphore with limit %d", dlock.ErrConflict, key, settings.lim)
 		}
 	}
-	if full(kind, limit, mode, live) {
+	if generic.NoRoom(kind == kindSemaphore, limit, mode == modeExclusive, live, func(r primRow) bool { return r.kind == modeExclusive }) {
 		first := live[0].remaining
 		for _, r := range live {
 			first = min(first, r.remaining)
@@ -224,22 +225,6 @@ func (d *tableDriver) primRows(ctx context.Context, tx *sql.Tx, s *primStatement
 	return out, rs.Err()
 }
 
-// full reports whether the live holders leave no room for mode.
-func full(kind string, limit int, mode string, live []primRow) bool {
-	switch {
-	case kind == kindSemaphore:
-		return len(live) >= limit
-	case mode == modeExclusive:
-		return len(live) > 0
-	}
-	for _, r := range live {
-		if r.kind == modeExclusive {
-			return true
-		}
-	}
-	return false
-}
-
 // busyOnDeadlock turns InnoDB's deadlock and lock-wait errors (two acquirers of one
 // fresh key) into Busy, and wraps the rest.
 func busyOnDeadlock(err error) error {
@@ -276,26 +261,13 @@ type primLock struct {
 func (l *primLock) Token() uint64 { return l.token }
 
 func (l *primLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	ok, err := affected(l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner))
-	switch {
-	case err != nil:
-		return fmt.Errorf("refresh: %w", err)
-	case !ok:
-		return dlock.ErrNotHeld
-	}
-	return nil
+	res, err := l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner)
+	return owned(ctx, "refresh", nil, res, err)
 }
 
 func (l *primLock) Unlock(ctx context.Context) error {
-	ok, err := affected(l.s.release.ExecContext(ctx, l.key, l.owner))
-	switch {
-	case err != nil:
-		return fmt.Errorf("release: %w", err)
-	case !ok:
-		_, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner) // expired: remove the row all the same
-		return dlock.ErrNotHeld
-	}
-	return nil
+	res, err := l.s.release.ExecContext(ctx, l.key, l.owner)
+	return owned(ctx, "release", func(ctx context.Context) { _, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner) }, res, err)
 }
 
 // tidy deletes the holder row, best effort, with a fresh short context.

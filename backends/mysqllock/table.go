@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -88,7 +89,8 @@ type tableDriver struct {
 	prims     *primStatements     // semaphores and read-write locks (primitives.go)
 	elections *electionStatements // election.go
 	closed    bool
-	tidying   sync.WaitGroup // clean-ups still running; Close waits for them
+	// background runs the clean-ups and holder records; Close waits for them.
+	background generic.Background
 	// free holds keys whose row this client last saw free or took: their next
 	// attempt tries takeSQL first. A hint only: a wrong one costs a round trip.
 	free map[string]struct{}
@@ -309,7 +311,7 @@ func (d *tableDriver) Close() error {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	d.tidying.Wait()
+	d.background.Close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.prepared != nil {
@@ -357,53 +359,46 @@ func affected(res sql.Result, err error) (bool, error) {
 	return n > 0, err
 }
 
-func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	ok, err := affected(exec(ctx, l.s.refresh, micros(ttl), l.key, l.owner[:]))
+// owned turns the result of an owner-checked statement into the answer of a
+// Refresh or Unlock: a failure wrapped in what; no row changed, ErrNotHeld (not
+// ours, or ours but expired) after tidy, when given, removed the row all the same.
+func owned(ctx context.Context, what string, tidy func(context.Context), res sql.Result, err error) error {
+	ok, err := affected(res, err)
 	switch {
 	case err != nil:
-		return fmt.Errorf("refresh: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	case !ok:
+		if tidy != nil {
+			tidy(ctx)
+		}
 		return dlock.ErrNotHeld
 	}
 	return nil
 }
 
-func (l *tableLock) Unlock(ctx context.Context) error {
-	ok, err := affected(exec(ctx, l.s.release, l.key, l.owner[:]))
-	switch {
-	case err != nil:
-		return fmt.Errorf("release: %w", err)
-	case !ok:
-		// Not ours, or ours but expired: free it if it is still ours.
-		_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
-		return dlock.ErrNotHeld
-	}
-	return nil
+func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	res, err := exec(ctx, l.s.refresh, micros(ttl), l.key, l.owner[:])
+	return owned(ctx, "refresh", nil, res, err)
 }
+
+func (l *tableLock) Unlock(ctx context.Context) error {
+	res, err := exec(ctx, l.s.release, l.key, l.owner[:])
+	return owned(ctx, "release", l.tidy, res, err)
+}
+
+// tidy frees the lock if it is still ours (expired or not).
+func (l *tableLock) tidy(ctx context.Context) { _, _ = exec(ctx, l.s.tidy, l.key, l.owner[:]) }
 
 // tidyUp frees the lock if it is ours, in the background (the caller returns at
 // once, even on a stalled network), with a fresh short context, best effort. A lock
 // it misses (the interrupted statement reached the server after it) ends at its TTL.
 func (l *tableLock) tidyUp() {
-	l.d.inBackground(func(ctx context.Context) { _, _ = exec(ctx, l.s.tidy, l.key, l.owner[:]) })
+	l.d.inBackground(l.tidy)
 }
 
 // inBackground runs a clean-up f in the background with a fresh context bounded by
 // tidyTimeout, unless the driver is closed; Close waits for it.
-func (d *tableDriver) inBackground(f func(ctx context.Context)) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return
-	}
-	d.tidying.Add(1)
-	go func() {
-		defer d.tidying.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
-		defer cancel()
-		f(ctx)
-	}()
-}
+func (d *tableDriver) inBackground(f func(ctx context.Context)) { d.background.Go(f) }
 
 // settleGrace is how long a statement that can take the lock may still answer
 // after its caller's ctx ended (see TryLock).

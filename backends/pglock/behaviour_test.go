@@ -20,34 +20,13 @@ import (
 	"github.com/dlock-go/dlock/spec"
 )
 
-func tryAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) dlock.Lease {
-	t.Helper()
-	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key, opts...)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q): %v", key, err)
-	}
-	return ls
-}
-
-func wantHeld(t testing.TB, l dlock.Locker, key, what string) {
-	t.Helper()
-	ls, err := l.TryAcquire(ctxFor(t, 10*time.Second), key, dlock.WithTTL(time.Minute))
-	if err == nil {
-		t.Errorf("%s: TryAcquire(%q) was granted (token %d); want ErrNotAcquired", what, key, ls.Token())
-		_ = ls.Release(ctxFor(t, 10*time.Second))
-		return
-	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("%s: TryAcquire(%q): want ErrNotAcquired, got %v", what, key, err)
-	}
-}
-
-func release(t testing.TB, ls dlock.Lease) {
-	t.Helper()
-	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
-		t.Fatalf("Release(%q): %v", ls.Key(), err)
-	}
-}
+// The shared checks of locktest, under the names this package's tests use.
+var (
+	tryAcquire = locktest.TryAcquire
+	wantCause  = locktest.WantCause
+	wantHeld   = locktest.WantHeld
+	release    = locktest.Release
+)
 
 // countingConn counts the writes of one connection: pgx sends each statement of an
 // uncontended lock (bind and execute of a prepared statement, then sync) in one
@@ -132,24 +111,7 @@ func TestClientTimeZoneIsIrrelevant(t *testing.T) {
 	normal, skewed := pglock.New(pool(t, p.URL(db))), pglock.New(skewedPool)
 	defer normal.Close()
 	defer skewed.Close()
-	ln := tryAcquire(t, normal, "tz/live", dlock.WithTTL(time.Minute))
-	wantHeld(t, skewed, "tz/live", "a client in a time zone 14h ahead, on a lock with a minute left")
-	release(t, ln)
-	const ttl = 500 * time.Millisecond
-	t0 := time.Now()
-	ls := tryAcquire(t, skewed, "tz/own", dlock.WithTTL(ttl))
-	wantHeld(t, normal, "tz/own", "a lock just taken by the client 14h ahead")
-	ln, err = normal.Acquire(ctxFor(t, 10*time.Second), "tz/own", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatalf("the skewed client's lock (ttl %v) was not free after 10s: %v", ttl, err)
-	}
-	if took := time.Since(t0); took < ttl-2*time.Millisecond {
-		t.Errorf("the skewed client's lock was taken over after %v, before its ttl %v", took, ttl)
-	}
-	release(t, ln)
-	if err := ls.Release(ctxFor(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release of the expired lease: want ErrNotHeld, got %v", err)
-	}
+	locktest.ServerClockExpiry(t, normal, skewed, "tz", "in a time zone 14h ahead")
 }
 
 // A held lock and its key's token survive a crash and restart of the server.
@@ -159,12 +121,7 @@ func TestServerRestart(t *testing.T) {
 	u := lockURL(pglock.Scheme, p.Addr(), db, "")
 	a, b := servertest.Open(t, u), servertest.Open(t, u)
 	la := tryAcquire(t, a, "restart/held", dlock.WithTTL(time.Minute))
-	if err := p.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Restart(ctxFor(t, time.Minute), true); err != nil {
-		t.Fatal(err)
-	}
+	servertest.CrashAndRestart(t, p)
 	wantHeld(t, b, "restart/held", "after the server restarted")
 	release(t, la) // still ours: the owner's release works
 	lb := tryAcquire(t, b, "restart/held")
@@ -189,35 +146,8 @@ func TestAdvisoryServerRestart(t *testing.T) {
 	p := servertest.NewPostgres(t, servers.PostgresOptions{})
 	db := servertest.PostgresDatabase(t, p)
 	a, b := advisoryNoCheck(t, p, db), advisoryNoCheck(t, p, db)
-	la := tryAcquire(t, a, "restart/advisory")
-	if err := p.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-la.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the holder's lease did not end within 10s of the server's death (check interval %v)", noCheck)
-	}
-	if err := p.Restart(ctxFor(t, time.Minute), true); err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(la.Err(), dlock.ErrLost) {
-		t.Errorf("Err of the lease: want ErrLost, got %v", la.Err())
-	}
-	wantCause(t, la, dlock.CauseSession)
-	release(t, tryAcquire(t, b, "restart/advisory"))
-	if err := la.Release(ctxFor(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release of the lost lease: want ErrNotHeld, got %v", err)
-	}
-}
-
-// wantCause checks that the ended lease l says it was lost for cause.
-func wantCause(t testing.TB, l dlock.Lease, cause dlock.Cause) {
-	t.Helper()
-	var le *dlock.LossError
-	if !errors.As(l.Err(), &le) || le.Cause != cause {
-		t.Errorf("Err: want a loss with cause %v, got %v", cause, l.Err())
-	}
+	locktest.SessionLockDiesWithServer(t, a, b, "restart/advisory", noCheck, p.Kill,
+		func() error { return p.Restart(ctxFor(t, time.Minute), true) })
 }
 
 // When the session holding an advisory lease is terminated (pg_terminate_backend),

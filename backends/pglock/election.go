@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -144,50 +145,31 @@ func (d *tableDriver) WatchLeaders(ctx context.Context, name string, after uint6
 		defer stop()
 		wake = w
 	}
-	var last uint64
-	if err := d.pool.QueryRow(ctx, d.elect.last, []byte(name)).Scan(&last); err != nil {
-		return err
-	}
-	if l, err := d.Leader(ctx, name); err == nil && l.Token > after {
-		found(l)
-		after = l.Token
-	} else if err != nil && !errors.Is(err, dlock.ErrNoLeader) {
-		return err
-	}
-	after = max(after, last)
-	t := time.NewTicker(observePoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		case <-wake:
-		}
-		rows, err := d.pool.Query(ctx, d.elect.terms, []byte(name), int64(after))
-		if err != nil {
-			return err
-		}
-		var terms []driver.Leader
-		for rows.Next() {
-			var l driver.Leader
-			var value []byte
-			if err := rows.Scan(&l.Token, &value); err != nil {
-				rows.Close()
-				return err
+	return generic.WatchTerms(ctx, generic.TermSource{
+		Last: func(ctx context.Context) (last uint64, err error) {
+			err = d.pool.QueryRow(ctx, d.elect.last, []byte(name)).Scan(&last)
+			return last, err
+		},
+		Leader: func(ctx context.Context) (driver.Leader, error) { return d.Leader(ctx, name) },
+		After: func(ctx context.Context, after uint64) ([]driver.Leader, error) {
+			rows, err := d.pool.Query(ctx, d.elect.terms, []byte(name), int64(after))
+			if err != nil {
+				return nil, err
 			}
-			l.Value = string(value)
-			terms = append(terms, l)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, l := range terms {
-			found(l)
-			after = l.Token
-		}
-	}
+			defer rows.Close()
+			var terms []driver.Leader
+			for rows.Next() {
+				var l driver.Leader
+				var value []byte
+				if err := rows.Scan(&l.Token, &value); err != nil {
+					return nil, err
+				}
+				l.Value = string(value)
+				terms = append(terms, l)
+			}
+			return terms, rows.Err()
+		},
+	}, after, wake, observePoll, found)
 }
 
 // tableTerm is one term: its row, identified by the owner value.
@@ -201,28 +183,12 @@ type tableTerm struct {
 func (tm *tableTerm) Token() uint64 { return tm.term }
 
 func (tm *tableTerm) Refresh(ctx context.Context, ttl time.Duration) error {
-	tag, err := tm.d.pool.Exec(ctx, tm.d.elect.refresh, tm.name, int64(tm.term), tm.owner, micros(ttl))
-	switch {
-	case err != nil:
-		return fmt.Errorf("refresh term: %w", err)
-	case tag.RowsAffected() == 0:
-		return dlock.ErrNotHeld
-	}
-	return nil
+	return tm.d.refreshRow(ctx, "refresh term", tm.d.elect.refresh, tm.name, int64(tm.term), tm.owner, micros(ttl))
 }
 
 func (tm *tableTerm) Unlock(ctx context.Context) error {
-	var live bool
-	var void string
-	err := tm.d.pool.QueryRow(ctx, tm.d.elect.resign, tm.name, int64(tm.term), tm.owner,
-		tm.d.hub.channel, keyPayload(tm.d.CampaignWake(string(tm.name)))).Scan(&live, &void)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows), err == nil && !live:
-		return dlock.ErrNotHeld
-	case err != nil:
-		return fmt.Errorf("resign: %w", err)
-	}
-	return nil
+	return tm.d.releaseRow(ctx, "resign", tm.d.elect.resign, tm.name, int64(tm.term), tm.owner,
+		tm.d.hub.channel, keyPayload(tm.d.CampaignWake(string(tm.name))))
 }
 
 // tidyUp ends every term this campaign may have won, in the background, bounded.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/pglock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -24,11 +24,8 @@ func TestMain(m *testing.M) {
 	os.Exit(servertest.Finish(code))
 }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxFor returns a context that ends after d or when t ends.
+var ctxFor = locktest.Ctx
 
 // pool opens a pgx pool for url, closed when t ends.
 func pool(t testing.TB, url string) *pgxpool.Pool {
@@ -143,8 +140,7 @@ type advisoryHarness struct {
 	urlFor func(addr string) string
 	name   string
 
-	mu      sync.Mutex
-	proxies map[dlock.Locker]*servers.Proxy
+	proxies servertest.Links[*servers.Proxy]
 }
 
 func newAdvisoryHarness(t *testing.T) *advisoryHarness {
@@ -157,21 +153,14 @@ func advisoryHarnessOn(t *testing.T, p *servers.Postgres, db string) *advisoryHa
 	if err := pglock.Migrate(ctxFor(t, 30*time.Second), admin); err != nil {
 		t.Fatal(err)
 	}
-	return &advisoryHarness{server: p, db: db, admin: admin, proxies: map[dlock.Locker]*servers.Proxy{},
+	return &advisoryHarness{server: p, db: db, admin: admin,
 		urlFor: func(addr string) string { return lockURL(pglock.AdvisoryScheme, addr, db, advisoryQuery) }}
 }
 
 func (h *advisoryHarness) NewLocker(t testing.TB) dlock.Locker {
 	p := servertest.Proxy(t, h.server.Addr())
 	l := servertest.Open(t, h.urlFor(p.Addr()))
-	h.mu.Lock()
-	h.proxies[l] = p
-	h.mu.Unlock()
-	t.Cleanup(func() {
-		h.mu.Lock()
-		delete(h.proxies, l)
-		h.mu.Unlock()
-	})
+	h.proxies.Add(t, l, p)
 	return l
 }
 
@@ -229,13 +218,7 @@ func advisoryWaiters(t testing.TB, admin *pgxpool.Pool, name string) int {
 // partition would: the server keeps its session (and its locks) until
 // idle_session_timeout.
 func (h *advisoryHarness) Vanish(t testing.TB, l dlock.Locker) {
-	h.mu.Lock()
-	p := h.proxies[l]
-	h.mu.Unlock()
-	if p == nil {
-		t.Fatal("Vanish: not a client of this harness")
-	}
-	p.Blackhole()
+	h.proxies.Of(t, l).Blackhole()
 }
 
 // DeleteKey ends the session that holds key's lock (pg_terminate_backend).

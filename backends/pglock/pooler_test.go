@@ -1,7 +1,6 @@
 package pglock_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"strings"
@@ -52,21 +51,8 @@ func tail(s string, n int) string {
 func TestPoolerTrap(t *testing.T) {
 	_, db, b := pooled(t, "transaction")
 	ctx := ctxFor(t, 30*time.Second)
-	cfg, err := pgx.ParseConfig(b.URL(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-	a, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(context.Background())
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	conns := servertest.PooledConns(t, b, db, 2)
+	a, c := conns[0], conns[1]
 	var gotA, gotC bool
 	if err := a.QueryRow(ctx, "SELECT pg_try_advisory_lock(42)").Scan(&gotA); err != nil {
 		t.Fatal(err)

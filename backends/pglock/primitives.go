@@ -2,7 +2,6 @@ package pglock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/generic"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -189,7 +189,7 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 				return fmt.Errorf("%w: %q is in use as a semaphore with limit %d", dlock.ErrConflict, key, setLimit)
 			}
 		}
-		if full(kind, limit, mode, live) {
+		if generic.NoRoom(kind == kindSemaphore, limit, mode == modeExclusive, live, func(h primHolder) bool { return h.mode == modeExclusive }) {
 			first := live[0].remaining
 			for _, h := range live {
 				first = min(first, h.remaining)
@@ -232,22 +232,6 @@ func discardTx(conn *pgxpool.Conn) {
 	_ = conn.Conn().Close(ctx)
 }
 
-// full reports whether the live holders leave no room for mode.
-func full(kind string, limit int, mode string, live []primHolder) bool {
-	switch {
-	case kind == kindSemaphore:
-		return len(live) >= limit
-	case mode == modeExclusive:
-		return len(live) > 0
-	}
-	for _, h := range live {
-		if h.mode == modeExclusive {
-			return true
-		}
-	}
-	return false
-}
-
 // primLock is one lease of a semaphore or read-write lock.
 type primLock struct {
 	d     *tableDriver
@@ -260,34 +244,14 @@ type primLock struct {
 func (l *primLock) Token() uint64 { return l.token }
 
 func (l *primLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	tag, err := l.d.pool.Exec(ctx, l.d.prim.refresh, l.key, l.owner, micros(ttl))
-	switch {
-	case err != nil:
-		return fmt.Errorf("refresh: %w", err)
-	case tag.RowsAffected() == 0:
-		return dlock.ErrNotHeld
-	}
-	return nil
+	return l.d.refreshRow(ctx, "refresh", l.d.prim.refresh, l.key, l.owner, micros(ttl))
 }
 
 func (l *primLock) Unlock(ctx context.Context) error {
-	var live bool
-	var void string
-	err := l.d.pool.QueryRow(ctx, l.d.prim.release, l.key, l.owner, l.d.hub.channel, keyPayload(l.wake)).Scan(&live, &void)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows), err == nil && !live:
-		return dlock.ErrNotHeld
-	case err != nil:
-		return fmt.Errorf("release: %w", err)
-	}
-	return nil
+	return l.d.releaseRow(ctx, "release", l.d.prim.release, l.key, l.owner, l.d.hub.channel, keyPayload(l.wake))
 }
 
 // tidyUp deletes the holder row in the background, best effort.
 func (l *primLock) tidyUp() {
-	l.d.inBackground(func(ctx context.Context) {
-		var live bool
-		var void string
-		_ = l.d.pool.QueryRow(ctx, l.d.prim.release, l.key, l.owner, l.d.hub.channel, keyPayload(l.wake)).Scan(&live, &void)
-	})
+	l.d.inBackground(func(ctx context.Context) { _ = l.Unlock(ctx) })
 }

@@ -122,7 +122,9 @@ type tableDriver struct {
 	migrated bool
 	closed   bool
 	probe    *poolerInfo // what is in front of the server; nil until the first lock
-	tidying  sync.WaitGroup
+
+	// background runs the clean-ups and holder records; Close waits for them.
+	background generic.Background
 }
 
 var (
@@ -131,7 +133,7 @@ var (
 )
 
 func newTable(pool *pgxpool.Pool, o options) dlock.Locker {
-	d := &tableDriver{pool: pool, opts: o, s: newTableStatements(o.table, o.fifo), probe: o.pooler,
+	d := &tableDriver{pool: pool, opts: o, s: newTableStatements(o.table, o.fifo), probe: o.pooler, background: generic.Background{Timeout: tidyTimeout},
 		prim: newPrimStatements(o.table), elect: newElectionStatements(o.table), multi: newMultiStatements(o.table)}
 	d.hub = newHub(pool.Config().ConnConfig, o.table)
 	if o.fifo {
@@ -296,7 +298,7 @@ func (d *tableDriver) Close() error {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	d.tidying.Wait()
+	d.background.Close()
 	d.hub.close()
 	if d.opts.ownPool {
 		closePool(d.pool, d.opts.dials)
@@ -307,20 +309,7 @@ func (d *tableDriver) Close() error {
 // inBackground runs f (a clean-up, or a best-effort write such as a holder record)
 // in the background with a fresh context bounded by tidyTimeout, unless the driver
 // is closed; Close waits for it.
-func (d *tableDriver) inBackground(f func(ctx context.Context)) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return
-	}
-	d.tidying.Add(1)
-	go func() {
-		defer d.tidying.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
-		defer cancel()
-		f(ctx)
-	}()
-}
+func (d *tableDriver) inBackground(f func(ctx context.Context)) { d.background.Go(f) }
 
 // tableLock is one grant; the random owner value identifies it.
 type tableLock struct {
@@ -339,25 +328,38 @@ func (l *tableLock) Token() uint64 { return l.token }
 func (l *tableLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	tag, err := l.d.pool.Exec(ctx, l.d.s.refresh, l.key, l.owner, micros(ttl))
+	return l.d.refreshRow(ctx, "refresh", l.d.s.refresh, l.key, l.owner, micros(ttl))
+}
+
+func (l *tableLock) Unlock(ctx context.Context) error {
+	return l.d.releaseRow(ctx, "release", l.d.s.release, l.key, l.owner, l.d.hub.channel, keyPayload(string(l.key)))
+}
+
+// refreshRow runs a statement that extends the life of an owned row (args name it
+// and its owner): ErrNotHeld when it changed no row (not ours, or expired).
+func (d *tableDriver) refreshRow(ctx context.Context, what, stmt string, args ...any) error {
+	tag, err := d.pool.Exec(ctx, stmt, args...)
 	switch {
 	case err != nil:
-		return fmt.Errorf("refresh: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	case tag.RowsAffected() == 0:
 		return dlock.ErrNotHeld
 	}
 	return nil
 }
 
-func (l *tableLock) Unlock(ctx context.Context) error {
+// releaseRow runs a statement that deletes an owned row and announces it, answering
+// whether the row was live and the notification's result: ErrNotHeld when no row
+// was ours, or ours but expired (freed all the same).
+func (d *tableDriver) releaseRow(ctx context.Context, what, stmt string, args ...any) error {
 	var live bool
 	var void string
-	err := l.d.pool.QueryRow(ctx, l.d.s.release, l.key, l.owner, l.d.hub.channel, keyPayload(string(l.key))).Scan(&live, &void)
+	err := d.pool.QueryRow(ctx, stmt, args...).Scan(&live, &void)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), err == nil && !live:
-		return dlock.ErrNotHeld // not ours, or ours but expired (freed all the same)
+		return dlock.ErrNotHeld
 	case err != nil:
-		return fmt.Errorf("release: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

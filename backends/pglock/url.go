@@ -305,30 +305,25 @@ func declareAdvisory(u *url.URL) (spec.Capabilities, error) {
 }
 
 func openTable(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-	p, err := parseURL(u, false)
-	if err != nil {
-		return nil, err
-	}
-	pool, dials, info, err := connect(ctx, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	o := p.o
-	o.ownPool, o.dials, o.pooler = true, dials, &info
-	if err := ensureTables(ctx, pool, o); err != nil {
-		closePool(pool, dials)
-		return nil, err
-	}
-	return newTable(pool, o), nil
+	return open(ctx, u, false)
 }
 
 func openAdvisory(ctx context.Context, u *url.URL) (dlock.Locker, error) {
-	p, err := parseURL(u, true)
+	return open(ctx, u, true)
+}
+
+// open opens the Locker of a postgres:// URL (advisory false) or a
+// postgres+advisory:// one: its own pool, its tables made if missing. An advisory
+// URL through a transaction pooler fails before the pool is made (ErrPooler).
+func open(ctx context.Context, u *url.URL, advisory bool) (dlock.Locker, error) {
+	p, err := parseURL(u, advisory)
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseEarly(ctx, p.cfg); err != nil {
-		return nil, err
+	if advisory {
+		if err := refuseEarly(ctx, p.cfg); err != nil {
+			return nil, err
+		}
 	}
 	pool, dials, info, err := connect(ctx, p.cfg)
 	if err != nil {
@@ -336,11 +331,15 @@ func openAdvisory(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 	}
 	o := p.o
 	o.ownPool, o.dials, o.pooler = true, dials, &info
-	if err := ensureRegistry(ctx, pool, o); err != nil {
+	ensure, build := ensureTables, newTable
+	if advisory {
+		ensure, build = ensureRegistry, newAdvisory
+	}
+	if err := ensure(ctx, pool, o); err != nil {
 		closePool(pool, dials)
 		return nil, err
 	}
-	return newAdvisory(pool, o), nil
+	return build(pool, o), nil
 }
 
 // refuseEarly looks for a pooler before the pool is made, so that an advisory URL

@@ -18,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -107,11 +108,8 @@ func clusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 	return c
 }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxFor returns a context that ends after d or when t ends.
+var ctxFor = locktest.Ctx
 
 // harness gives the suite clients of New, each with its own go-redis client (its own
 // connections and pub/sub), as separate processes would have: made by newClient, or

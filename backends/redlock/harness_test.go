@@ -1,7 +1,6 @@
 package redlock_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/backends/redlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -32,11 +32,8 @@ const (
 	startTimeout = 2 * time.Minute
 )
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxFor returns a context that ends after d or when t ends.
+var ctxFor = locktest.Ctx
 
 // privateMasters starts n independent masters for t alone; the first one's wall
 // clock can be shifted (ShiftClock) when clock is set.

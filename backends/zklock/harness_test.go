@@ -1,7 +1,6 @@
 package zklock_test
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/zklock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/spec"
@@ -43,11 +42,8 @@ func TestMain(m *testing.M) {
 	os.Exit(servertest.Finish(code))
 }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxFor returns a context that ends after d or when t ends.
+var ctxFor = locktest.Ctx
 
 // connect opens a raw go-zookeeper connection (no proxy) and waits for its session.
 func connect(t testing.TB, addrs []string, timeout time.Duration) *zk.Conn {
@@ -115,13 +111,12 @@ type harness struct {
 	// URLs.
 	userinfo, query string
 
-	mu      sync.Mutex
-	proxies map[dlock.Locker][]*servers.Proxy
+	proxies servertest.Links[servers.Proxies]
 }
 
 func newHarness(t testing.TB, addrs []string, timeout time.Duration) *harness {
 	return &harness{name: "zk", addrs: addrs, root: "/dlock-test", timeout: timeout,
-		admin: connect(t, addrs, 10*time.Second), proxies: map[dlock.Locker][]*servers.Proxy{}}
+		admin: connect(t, addrs, 10*time.Second)}
 }
 
 // open returns a Locker through fresh proxies, closed when t ends.
@@ -140,9 +135,7 @@ func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { l.Close() }) // idempotent: the suite closes its clients too
-	h.mu.Lock()
-	h.proxies[l] = ps
-	h.mu.Unlock()
+	h.proxies.Add(t, l, ps)
 	return l, ps
 }
 
@@ -194,15 +187,7 @@ func (h *harness) Waiting(t testing.TB, key string) int {
 
 // Vanish cuts every link of l: its connections drop and new ones are refused.
 func (h *harness) Vanish(t testing.TB, l dlock.Locker) {
-	h.mu.Lock()
-	ps := h.proxies[l]
-	h.mu.Unlock()
-	if len(ps) == 0 {
-		t.Fatal("Vanish: not a client of this harness")
-	}
-	for _, p := range ps {
-		p.Cut()
-	}
+	h.proxies.Of(t, l).Cut()
 }
 
 // DeleteKey deletes every node in key's lock directory, as an operator would. It
@@ -246,7 +231,7 @@ func TestConformanceTLSAuth(t *testing.T) {
 	z := servertest.NewZooKeeper(t, servers.ZooKeeperOptions{TLS: pki})
 	h := &harness{name: "zk (TLS, digest ACL)", addrs: z.Addrs(), root: "/dlock-secure", timeout: 2 * time.Second,
 		admin:    connectAs(t, z.Addrs(), 10*time.Second, pki.ClientTLS(), "locker:"+secretPassword),
-		userinfo: "locker:" + secretPassword + "@", query: pki.URLQuery(), proxies: map[dlock.Locker][]*servers.Proxy{}}
+		userinfo: "locker:" + secretPassword + "@", query: pki.URLQuery()}
 	conformance.Run(t, h)
 }
 

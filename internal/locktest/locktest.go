@@ -93,3 +93,123 @@ func ReleaseHonoursCtx(t *testing.T, ls dlock.Lease, link Staller, check time.Du
 		t.Fatalf("Release once the link delivers again: %v", err)
 	}
 }
+
+// TryAcquire takes key on l with TryAcquire and fails t unless it is granted.
+func TryAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) dlock.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ls, err := l.TryAcquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", key, err)
+	}
+	return ls
+}
+
+// WantHeld checks that key is held by someone else: a TryAcquire on l must fail
+// with dlock.ErrNotAcquired (what names the moment in the failure). A lease it is
+// granted all the same is released again.
+func WantHeld(t testing.TB, l dlock.Locker, key, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ls, err := l.TryAcquire(ctx, key, dlock.WithTTL(time.Minute))
+	if err == nil {
+		t.Errorf("%s: TryAcquire(%q) was granted (token %d); want ErrNotAcquired", what, key, ls.Token())
+		_ = ls.Release(ctx)
+		return
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("%s: TryAcquire(%q): want ErrNotAcquired, got %v", what, key, err)
+	}
+}
+
+// Release releases ls and fails t if that fails.
+func Release(t testing.TB, ls dlock.Lease) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("Release(%q): %v", ls.Key(), err)
+	}
+}
+
+// ServerClockExpiry checks that a backend whose expiry runs on the store's clock
+// ignores a client's own sense of time: skewed is a client whose session sees a
+// different "now" (a time zone, a skewed clock; skew says how, for the failures),
+// normal an ordinary one. A lock normal holds for a minute is held for skewed; a
+// lock skewed takes for 500ms is held for normal, and free for it only after those
+// 500ms, and skewed's Release then finds it gone (dlock.ErrNotHeld). Keys start
+// with prefix.
+func ServerClockExpiry(t *testing.T, normal, skewed dlock.Locker, prefix, skew string) {
+	t.Helper()
+	ln := TryAcquire(t, normal, prefix+"/live", dlock.WithTTL(time.Minute))
+	WantHeld(t, skewed, prefix+"/live", "a client "+skew+", on a lock with a minute left")
+	Release(t, ln)
+
+	const ttl = 500 * time.Millisecond
+	t0 := time.Now()
+	ls := TryAcquire(t, skewed, prefix+"/own", dlock.WithTTL(ttl))
+	WantHeld(t, normal, prefix+"/own", "a lock just taken by the client "+skew)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ln, err := normal.Acquire(ctx, prefix+"/own", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("the skewed client's lock (ttl %v) was not free after 10s: %v", ttl, err)
+	}
+	if took := time.Since(t0); took < ttl-2*time.Millisecond {
+		t.Errorf("the skewed client's lock was taken over after %v, before its ttl %v", took, ttl)
+	}
+	Release(t, ln)
+	if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the expired lease: want ErrNotHeld, got %v", err)
+	}
+}
+
+// WantCause checks that the ended lease l says it was lost for cause.
+func WantCause(t testing.TB, l dlock.Lease, cause dlock.Cause) {
+	t.Helper()
+	var le *dlock.LossError
+	if !errors.As(l.Err(), &le) || le.Cause != cause {
+		t.Errorf("Err: want a loss with cause %v, got %v", cause, l.Err())
+	}
+}
+
+// SessionLockDiesWithServer checks a lock that lives as long as its connection
+// across a crash of its server: a's lease on key ends as kill makes the server die —
+// before restart brings it back, within 10s, without a's check interval (noCheck,
+// which a must have been opened with) — with ErrLost for cause dlock.CauseSession;
+// once restart returns, b takes key, and a's Release finds it gone
+// (dlock.ErrNotHeld).
+func SessionLockDiesWithServer(t *testing.T, a, b dlock.Locker, key string, noCheck time.Duration, kill, restart func() error) {
+	t.Helper()
+	la := TryAcquire(t, a, key)
+	if err := kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the holder's lease did not end within 10s of the server's death (check interval %v)", noCheck)
+	}
+	if err := restart(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(la.Err(), dlock.ErrLost) {
+		t.Errorf("Err of the lease after the restart: want ErrLost, got %v", la.Err())
+	}
+	WantCause(t, la, dlock.CauseSession)
+	Release(t, TryAcquire(t, b, key))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := la.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the lost lease: want ErrNotHeld, got %v", err)
+	}
+}
+
+// Ctx returns a context that ends after d or when t ends.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

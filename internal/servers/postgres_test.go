@@ -192,21 +192,8 @@ func TestPgBouncer(t *testing.T) {
 	p := servertest.NewPostgres(t, servers.PostgresOptions{})
 	b := servertest.PgBouncer(t, p.Addr(), "transaction")
 	ctx := ctxT(t, time.Minute)
-	cfg, err := pgx.ParseConfig(b.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-	a, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(context.Background())
-	other, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
+	conns := servertest.PooledConns(t, b, "postgres", 2)
+	a, other := conns[0], conns[1]
 	var p1, p2, busy uint32
 	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p1); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -134,4 +135,18 @@ func ParseSlotKey(k string) (key string, ok bool) {
 		return "", false
 	}
 	return key, true
+}
+
+// NoRoom reports whether the live holders of a semaphore or read-write lock leave
+// no room for one more lease: a semaphore's when they number limit or more; a
+// read-write lock's exclusive (write) lease when there is any; a shared one when
+// any of them is exclusive.
+func NoRoom[H any](semaphore bool, limit int, exclusive bool, live []H, isExclusive func(H) bool) bool {
+	switch {
+	case semaphore:
+		return len(live) >= limit
+	case exclusive:
+		return len(live) > 0
+	}
+	return slices.ContainsFunc(live, isExclusive)
 }

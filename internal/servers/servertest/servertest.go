@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
@@ -270,18 +272,25 @@ func MySQLDSN(t testing.TB) string {
 // NewDatabase creates a fresh database on m, dropped when the test ends.
 func NewDatabase(t testing.TB, m *servers.MySQL) string {
 	t.Helper()
+	return database(t, "mysql", m.NewDatabase, m.DropDatabase)
+}
+
+// database creates a fresh database with create and drops it with drop when the
+// test ends, best effort (the server may be dead by then).
+func database(t testing.TB, what string, create func(context.Context) (string, error), drop func(context.Context, string) error) string {
+	t.Helper()
 	ctx, cancel := startCtx(t)
 	defer cancel()
-	dsn, err := m.NewDatabase(ctx)
+	name, err := create(ctx)
 	if err != nil {
-		t.Fatalf("mysql: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = m.DropDatabase(ctx, dsn) // the server may be dead by now: best effort
+		_ = drop(ctx, name)
 	})
-	return dsn
+	return name
 }
 
 // NewMySQL starts a private MariaDB server configured by o, closed when the test
@@ -386,18 +395,7 @@ func NewPostgres(t testing.TB, o servers.PostgresOptions) *servers.Postgres {
 // returns its name.
 func PostgresDatabase(t testing.TB, p *servers.Postgres) string {
 	t.Helper()
-	ctx, cancel := startCtx(t)
-	defer cancel()
-	name, err := p.NewDatabase(ctx)
-	if err != nil {
-		t.Fatalf("postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = p.DropDatabase(ctx, name) // the server may be dead by now: best effort
-	})
-	return name
+	return database(t, "postgres", p.NewDatabase, p.DropDatabase)
 }
 
 // PostgresReplicaPair starts a private primary and its streaming replica (see
@@ -421,4 +419,82 @@ func PgBouncer(t testing.TB, target, mode string, users ...string) *servers.PgBo
 	return private(t, "pgbouncer", func(ctx context.Context) (*servers.PgBouncer, error) {
 		return servers.StartPgBouncer(ctx, target, mode, users...)
 	})
+}
+
+// Links records the link through which each client of a test harness reaches its
+// servers (a *servers.Proxy, or servers.Proxies for one per endpoint), so that the
+// harness can cut or blackhole one client's link. The zero value is ready; it is
+// safe for concurrent use.
+type Links[P any] struct {
+	mu sync.Mutex
+	m  map[dlock.Locker]P
+}
+
+// Add records that l reaches its servers through p, until t ends.
+func (ls *Links[P]) Add(t testing.TB, l dlock.Locker, p P) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m == nil {
+		ls.m = map[dlock.Locker]P{}
+	}
+	ls.m[l] = p
+	t.Cleanup(func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		delete(ls.m, l)
+	})
+}
+
+// Of returns the link of l; it fails t when l has none (not a client of the
+// harness, or its test has ended).
+func (ls *Links[P]) Of(t testing.TB, l dlock.Locker) P {
+	t.Helper()
+	ls.mu.Lock()
+	p, ok := ls.m[l]
+	ls.mu.Unlock()
+	if !ok {
+		t.Fatal("not a client of this harness: it has no link to cut")
+	}
+	return p
+}
+
+// PooledConns opens n connections to database db through the pgbouncer b, closed
+// when the test ends, in pgx's exec mode (no prepared statements: a transaction
+// pooler hands each transaction any server session).
+func PooledConns(t testing.TB, b *servers.PgBouncer, db string, n int) []*pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(b.URL(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatalf("pgbouncer: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		conns[i] = c
+	}
+	return conns
+}
+
+// CrashAndRestart kills the server s (SIGKILL: no clean shutdown) and starts it
+// again on its data; it fails t if either step fails.
+func CrashAndRestart(t testing.TB, s interface {
+	Kill() error
+	Restart(ctx context.Context, keepData bool) error
+}) {
+	t.Helper()
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := startCtx(t)
+	defer cancel()
+	if err := s.Restart(ctx, true); err != nil {
+		t.Fatal(err)
+	}
 }

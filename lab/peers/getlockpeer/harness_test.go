@@ -15,7 +15,6 @@ import (
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/lab/peers/getlockpeer"
-	"github.com/dlock-go/dlock/lab/peers/internal/peertest"
 	"github.com/dlock-go/dlock/spec"
 )
 
@@ -30,7 +29,7 @@ func TestMain(m *testing.M) {
 // through its own proxy, so that one client can vanish.
 type harness struct {
 	m       *servers.MySQL
-	proxies peertest.Proxies
+	proxies servertest.Links[*servers.Proxy]
 }
 
 func newHarness(t *testing.T) *harness {
@@ -50,7 +49,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	l := getlockpeer.New(db)
-	h.proxies.Add(l, p)
+	h.proxies.Add(t, l, p)
 	return l
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/lab/peers/internal/peertest"
 )
 
 // holderFaults enables the holder-process scenarios (crash, pause).
@@ -29,12 +30,7 @@ func (h partitionFaults) NewPartitionedLocker(t testing.TB) (dlock.Locker, confo
 // skips their other trials), so the holder scenarios and the partition run side by
 // side.
 func TestFaults(t *testing.T) {
-	t.Run("holders", func(t *testing.T) {
-		t.Parallel()
-		conformance.RunFaults(t, holderFaults{newHarness(t)})
-	})
-	t.Run("partition", func(t *testing.T) {
-		t.Parallel()
-		conformance.RunFaults(t, partitionFaults{newHarness(t)})
-	})
+	peertest.RunFaultsSideBySide(t,
+		func(t *testing.T) conformance.Harness { return holderFaults{newHarness(t)} },
+		func(t *testing.T) conformance.Harness { return partitionFaults{newHarness(t)} })
 }

@@ -1,7 +1,6 @@
 package pgadvisorypeer_test
 
 import (
-	"context"
 	"net/url"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 	"github.com/dlock-go/dlock/lab/peers/internal/peertest"
@@ -19,11 +19,8 @@ import (
 
 func TestMain(m *testing.M) { peertest.Main(m) }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxFor returns a context that ends after d or when t ends.
+var ctxFor = locktest.Ctx
 
 // harness gives the suite clients of a fresh database on the shared PostgreSQL,
 // each with its own pool through its own proxy, so that one client can vanish.
@@ -32,7 +29,7 @@ type harness struct {
 	pgURL  *url.URL      // postgres:// URL of the database, as the superuser
 	admin  *pgxpool.Pool // the harness's own look at pg_locks
 
-	proxies peertest.Proxies
+	proxies servertest.Links[*servers.Proxy]
 }
 
 func newHarness(t *testing.T) *harness {
@@ -61,7 +58,7 @@ func (h *harness) peerURL(addr string) string {
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	p := servertest.Proxy(t, h.server.Addr())
 	l := servertest.Open(t, h.peerURL(p.Addr()))
-	h.proxies.Add(l, p)
+	h.proxies.Add(t, l, p)
 	return l
 }
 

@@ -25,7 +25,7 @@ const (
 // through its own proxy, so that one client can vanish.
 type harness struct {
 	z       *servers.ZooKeeper
-	proxies peertest.Proxies
+	proxies servertest.Links[*servers.Proxy]
 }
 
 func newHarness(t *testing.T) *harness {
@@ -38,7 +38,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.proxies.Add(l, p)
+	h.proxies.Add(t, l, p)
 	return l
 }
 

@@ -5,13 +5,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
-	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
@@ -73,36 +71,6 @@ func Main(m *testing.M) {
 	servertest.Main(m)
 }
 
-// Proxies records the proxy through which each client of a harness reaches its
-// server, so that the harness can cut or blackhole one client's link. The zero value
-// is ready; it is safe for concurrent use.
-type Proxies struct {
-	mu sync.Mutex
-	m  map[dlock.Locker]*servers.Proxy
-}
-
-// Add records that l reaches its server through p.
-func (ps *Proxies) Add(l dlock.Locker, p *servers.Proxy) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.m == nil {
-		ps.m = map[dlock.Locker]*servers.Proxy{}
-	}
-	ps.m[l] = p
-}
-
-// Of returns the proxy of l; it fails t when l was not added.
-func (ps *Proxies) Of(t testing.TB, l dlock.Locker) *servers.Proxy {
-	t.Helper()
-	ps.mu.Lock()
-	p := ps.m[l]
-	ps.mu.Unlock()
-	if p == nil {
-		t.Fatal("not a client of this harness: it has no proxy")
-	}
-	return p
-}
-
 // CheckCutHolderLearnsAtRelease checks what a holder of a lock that lives as long as
 // its connection goes through when cut closes that connection (a crash, a reset):
 // the server frees the lock for another client (b) at once, the holder's lease (a's)
@@ -132,4 +100,20 @@ func CheckCutHolderLearnsAtRelease(t *testing.T, a, b dlock.Locker, cut func()) 
 	if err := la.Err(); !errors.Is(err, dlock.ErrLost) {
 		t.Fatalf("Err after that Release: want ErrLost, got %v", err)
 	}
+}
+
+// RunFaultsSideBySide runs the fault campaign on two harnesses of one peer at once:
+// holders (the holder-process scenarios: crash, pause) and partition (the
+// blackholed holder). For a lock that lives as long as its connection, a paused or
+// blackholed holder keeps it until the server's idle timeout, so those scenarios
+// wait out the suite's bound once each; side by side, the waits overlap.
+func RunFaultsSideBySide(t *testing.T, holders, partition func(t *testing.T) conformance.Harness) {
+	t.Run("holders", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunFaults(t, holders(t))
+	})
+	t.Run("partition", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunFaults(t, partition(t))
+	})
 }
