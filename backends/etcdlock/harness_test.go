@@ -91,13 +91,7 @@ func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 }
 
 func (h *harness) NewLocker(t testing.TB) dlock.Locker {
-	var eps []string
-	var ps []*servers.Proxy
-	for _, ep := range h.endpoints {
-		p := servertest.Proxy(t, ep)
-		ps = append(ps, p)
-		eps = append(eps, p.Addr())
-	}
+	ps, eps := servertest.Proxies(t, h.endpoints)
 	var l dlock.Locker
 	if h.urlFor != nil {
 		l = servertest.Open(t, h.urlFor(eps))

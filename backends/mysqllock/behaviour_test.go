@@ -173,13 +173,7 @@ func TestOneStatementPerCall(t *testing.T) {
 	}
 	l := mysqllock.New(db)
 	defer l.Close()
-	cycle := func() {
-		ls := tryAcquire(t, l, "roundtrips", dlock.WithTTL(time.Minute))
-		if err := ls.Refresh(ctxFor(t, 10*time.Second), time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		release(t, ls)
-	}
+	cycle := func() { locktest.RefreshCycle(t, l, "roundtrips") }
 	cycle() // prepares the statements on the connection
 	status := func() map[string]int64 {
 		conn, err := db.Conn(ctxFor(t, 10*time.Second))

@@ -41,10 +41,9 @@ func (c countingConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// Acquire, Refresh and Release of the lease table are one statement, one round trip
-// each: a pool of one connection writes 3 times per acquire+refresh+release cycle
-// once its statements are prepared.
-func TestOneRoundTripPerCall(t *testing.T) {
+// migratedConfig makes a fresh database on the shared server, with the tables, and
+// returns a pool configuration for it.
+func migratedConfig(t *testing.T) *pgxpool.Config {
 	p := servertest.Postgres(t)
 	db := servertest.PostgresDatabase(t, p)
 	if err := pglock.Migrate(ctxFor(t, 30*time.Second), pool(t, p.URL(db))); err != nil {
@@ -54,6 +53,14 @@ func TestOneRoundTripPerCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// Acquire, Refresh and Release of the lease table are one statement, one round trip
+// each: a pool of one connection writes 3 times per acquire+refresh+release cycle
+// once its statements are prepared.
+func TestOneRoundTripPerCall(t *testing.T) {
+	cfg := migratedConfig(t)
 	var writes atomic.Int64
 	cfg.MaxConns = 1
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -71,13 +78,7 @@ func TestOneRoundTripPerCall(t *testing.T) {
 	defer pl.Close()
 	l := pglock.New(pl)
 	defer l.Close()
-	cycle := func() {
-		ls := tryAcquire(t, l, "roundtrips", dlock.WithTTL(time.Minute))
-		if err := ls.Refresh(ctxFor(t, 10*time.Second), time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		release(t, ls)
-	}
+	cycle := func() { locktest.RefreshCycle(t, l, "roundtrips") }
 	cycle() // prepares the statements (and looks for a pooler)
 	const n = 10
 	before := writes.Load()
@@ -93,22 +94,14 @@ func TestOneRoundTripPerCall(t *testing.T) {
 // hours ahead (time zone Pacific/Kiritimati) cannot take over a live lock, and its
 // own locks expire after their TTL.
 func TestClientTimeZoneIsIrrelevant(t *testing.T) {
-	p := servertest.Postgres(t)
-	db := servertest.PostgresDatabase(t, p)
-	if err := pglock.Migrate(ctxFor(t, 30*time.Second), pool(t, p.URL(db))); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(p.URL(db))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := migratedConfig(t)
 	cfg.ConnConfig.RuntimeParams["timezone"] = "Pacific/Kiritimati"
 	skewedPool, err := pgxpool.NewWithConfig(ctxFor(t, 10*time.Second), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer skewedPool.Close()
-	normal, skewed := pglock.New(pool(t, p.URL(db))), pglock.New(skewedPool)
+	normal, skewed := pglock.New(pool(t, cfg.ConnString())), pglock.New(skewedPool)
 	defer normal.Close()
 	defer skewed.Close()
 	locktest.ServerClockExpiry(t, normal, skewed, "tz", "in a time zone 14h ahead")

@@ -584,14 +584,11 @@ func TestSplitVoteBrokenByGate(t *testing.T) {
 // proxied starts n masters for t alone, each behind a proxy, and returns the proxies
 // and a redlock:// URL through them (query appended).
 func proxied(t *testing.T, n int, query string) (servers.Proxies, string) {
-	rs := servertest.RedisMasters(t, n)
-	var ps servers.Proxies
-	var hosts []string
-	for _, r := range rs {
-		p := servertest.Proxy(t, r.Addr())
-		ps = append(ps, p)
-		hosts = append(hosts, p.Addr())
+	var addrs []string
+	for _, r := range servertest.RedisMasters(t, n) {
+		addrs = append(addrs, r.Addr())
 	}
+	ps, hosts := servertest.Proxies(t, addrs)
 	return ps, "redlock://" + strings.Join(hosts, ",") + query
 }
 

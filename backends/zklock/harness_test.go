@@ -120,15 +120,9 @@ func newHarness(t testing.TB, addrs []string, timeout time.Duration) *harness {
 }
 
 // open returns a Locker through fresh proxies, closed when t ends.
-func (h *harness) open(t testing.TB) (dlock.Locker, []*servers.Proxy) {
+func (h *harness) open(t testing.TB) (dlock.Locker, servers.Proxies) {
 	t.Helper()
-	var hosts []string
-	var ps []*servers.Proxy
-	for _, a := range h.addrs {
-		p := servertest.Proxy(t, a)
-		ps = append(ps, p)
-		hosts = append(hosts, p.Addr())
-	}
+	ps, hosts := servertest.Proxies(t, h.addrs)
 	u := h.url(hosts)
 	l, err := dlock.Open(ctxFor(t, 30*time.Second), u)
 	if err != nil {

@@ -213,3 +213,16 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// RefreshCycle takes key on l (TryAcquire, TTL a minute), refreshes the lease once
+// and releases it; it fails t if any step fails.
+func RefreshCycle(t testing.TB, l dlock.Locker, key string) {
+	t.Helper()
+	ls := TryAcquire(t, l, key, dlock.WithTTL(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ls.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	Release(t, ls)
+}

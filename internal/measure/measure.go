@@ -61,21 +61,19 @@ func Measure(n int, f func() error) (Latency, error) {
 // Cycle acquires key on l (TryAcquire: the key must be free) and releases it: one
 // uncontended acquire+release.
 func Cycle(ctx context.Context, l dlock.Locker, key string, opts ...dlock.Option) error {
-	ls, err := l.TryAcquire(ctx, key, opts...)
-	if err != nil {
-		return fmt.Errorf("acquire: %w", err)
-	}
-	if err := ls.Release(ctx); err != nil {
-		return fmt.Errorf("release: %w", err)
-	}
-	return nil
+	return cycle(ctx, l.TryAcquire, key, opts)
 }
 
 // AcquireCycle acquires key on l with Acquire, the blocking form (the key should be
 // free, so it is one attempt or, for queueing backends, one pass through the queue),
 // and releases it.
 func AcquireCycle(ctx context.Context, l dlock.Locker, key string, opts ...dlock.Option) error {
-	ls, err := l.Acquire(ctx, key, opts...)
+	return cycle(ctx, l.Acquire, key, opts)
+}
+
+// cycle takes key with acquire and releases it.
+func cycle(ctx context.Context, acquire func(context.Context, string, ...dlock.Option) (dlock.Lease, error), key string, opts []dlock.Option) error {
+	ls, err := acquire(ctx, key, opts...)
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}

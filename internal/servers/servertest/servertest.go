@@ -378,6 +378,19 @@ func Proxy(t testing.TB, target string) *servers.Proxy {
 	return p
 }
 
+// Proxies starts a proxy to each of targets (host:port), closed when the test ends,
+// and returns them and the addresses to dial, in targets' order.
+func Proxies(t testing.TB, targets []string) (servers.Proxies, []string) {
+	t.Helper()
+	ps := make(servers.Proxies, len(targets))
+	addrs := make([]string, len(targets))
+	for i, target := range targets {
+		ps[i] = Proxy(t, target)
+		addrs[i] = ps[i].Addr()
+	}
+	return ps, addrs
+}
+
 // Postgres returns the PostgreSQL server shared by the test binary. Do not fault it.
 func Postgres(t testing.TB) *servers.Postgres {
 	t.Helper()
