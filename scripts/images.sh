@@ -7,8 +7,10 @@
 #     apt sources, so the packages are the versions the host would install);
 #  2. the server packages installed into it with apt-get in a chroot (redis-server,
 #     mariadb-server, ZooKeeper's jars from libzookeeper-java — the zookeeper package
-#     itself would bring a whole desktop JRE — and a headless JRE), daemons kept from
-#     starting, the package's own database (/var/lib/mysql) removed;
+#     itself would bring a whole desktop JRE — and a headless JRE, postgresql-15 and
+#     pgbouncer, which run as the image's "postgres" user), daemons kept from
+#     starting, the packages' own databases (/var/lib/mysql, /var/lib/postgresql)
+#     removed;
 #  3. an etcd server built from go.etcd.io/etcd/server/v3 at the version lab/go.mod names
 #     (Debian has no etcd server package here), static, as /usr/local/bin/etcd;
 #  4. the tree packed as a tar in the cache directory, then `docker import`ed into
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/.."
 
 log() { printf 'images.sh: %s\n' "$*" >&2; }
 
-PKGS=(redis-server mariadb-server libzookeeper-java libslf4j-java default-jre-headless)
+PKGS=(redis-server mariadb-server libzookeeper-java libslf4j-java default-jre-headless postgresql-15 pgbouncer)
 cache="${DLOCK_IMAGE_CACHE:-/var/cache/dlock-images}"
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' lab/go.mod)
@@ -77,7 +79,7 @@ build() {
 		chroot "$root" apt-get clean
 		umount "$root/proc"
 		rm -rf "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/* \
-			"$root/usr/sbin/policy-rc.d" "$root"/var/log/*.log "$root"/var/lib/mysql/*
+			"$root/usr/sbin/policy-rc.d" "$root"/var/log/*.log "$root"/var/lib/mysql/* "$root"/var/lib/postgresql/15
 	' images "$root" "$suite" "${PKGS[@]}"
 	log "root file system with ${PKGS[*]}: $(( $(date +%s) - t0 ))s"
 	# etcd: the upstream module's own main package, with the dependency versions its
@@ -134,4 +136,6 @@ export DLOCK_ZOOKEEPER_IMAGE=$image
 # needs more of Netty than zookeeper.jar's manifest names, as on the local path.
 export DLOCK_ZOOKEEPER_IMAGE_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar:/usr/share/java/netty-transport-native-unix-common.jar
 export DLOCK_ETCD_IMAGE=$image
+export DLOCK_POSTGRES_IMAGE=$image
+export DLOCK_PGBOUNCER_IMAGE=$image
 EOF

@@ -37,7 +37,7 @@ $GO test $TEST_FLAGS ./internal/servers/...
 # trials per fault scenario on local servers (the report's figures come from those).
 # So: no race detector, and one trial per scenario (more where a declaration asks).
 DLOCK_FAULT_TRIALS=${DLOCK_FAULT_TRIALS:-1} $GO test -count=1 -timeout 30m -run 'TestConformance|TestFaults' \
-	./backends/redislock/ ./backends/redlock/ ./backends/mysqllock/ ./backends/zklock/ ./backends/etcdlock/
+	./backends/redislock/ ./backends/redlock/ ./backends/mysqllock/ ./backends/zklock/ ./backends/etcdlock/ ./backends/pglock/
 unset DLOCK_SERVERS
 
 step "compose stack"

@@ -47,9 +47,11 @@
 // A missing binary (without a Docker engine) yields a *MissingError (IsMissing)
 // holding the install command; servertest skips on it unless
 // DLOCK_REQUIRE_SERVERS=1.
-// PostgreSQL and PgBouncer have no container image: under DLOCK_SERVERS=docker
-// their Start functions return a *NoImageError (IsNoImage), on which servertest
-// skips, DLOCK_REQUIRE_SERVERS or not.
+// PostgreSQL runs in containers as its image's "postgres" user (it refuses root),
+// whose ids own its directory. PgBouncer has no official image: without
+// DLOCK_PGBOUNCER_IMAGE, under DLOCK_SERVERS=docker StartPgBouncer returns a
+// *NoImageError (IsNoImage), on which servertest skips, DLOCK_REQUIRE_SERVERS or
+// not.
 // scripts/deps.sh (make deps) installs everything on Debian/Ubuntu.
 //
 // # Processes

@@ -169,14 +169,18 @@ func imageContent(image string) (string, error) {
 var nameChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
 // runArgs are the arguments of `docker run` for one detached container of image
-// running cmd with the host's network, as this process's user, in dir (mounted
-// read-write at its own path) with ro mounted read-only, labelled with its owner
-// (labels override the owner's pid, for tests).
-func runArgs(kind, image string, cmd, env []string, dir string, ro []string, labels ...string) (name string, args []string) {
+// running cmd with the host's network, as user (a name or uid:gid known to the
+// image; "" for this process's user), in dir (mounted read-write at its own path)
+// with ro mounted read-only, labelled with its owner (labels override the owner's
+// pid, for tests).
+func runArgs(kind, image, user string, cmd, env []string, dir string, ro []string, labels ...string) (name string, args []string) {
 	host, _ := os.Hostname()
 	name = fmt.Sprintf("dlock-%s-%d-%d", nameChars.ReplaceAllString(kind, "-"), os.Getpid(), containerSeq.Add(1))
+	if user == "" {
+		user = fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
+	}
 	args = []string{"run", "--detach", "--name", name, "--network", "host",
-		"--user", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), "--workdir", dir,
+		"--user", user, "--workdir", dir,
 		"--volume", dir + ":" + dir, "--entrypoint", cmd[0],
 		"--label", labelHost + "=" + host}
 	if len(labels) == 0 {
@@ -204,7 +208,7 @@ func (p *proc) startContainer(logf *os.File) (chan struct{}, error) {
 	kind, _, _ := strings.Cut(p.name, " ")
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultStartTimeout)
 	defer cancel()
-	name, args := runArgs(kind, p.image, append([]string{p.path}, p.args...), p.env, p.dir, p.mounts)
+	name, args := runArgs(kind, p.image, p.ctrUser, append([]string{p.path}, p.args...), p.env, p.dir, p.mounts)
 	id, err := docker(ctx, args...)
 	if err != nil {
 		_, _ = dockerCall("rm", "--force", name) // created, perhaps, but not started
@@ -317,15 +321,15 @@ func isNotRunning(err error) bool {
 		strings.Contains(s, "removal of container") || strings.Contains(s, "not found")
 }
 
-// runContainerOnce runs cmd to its end in a container of image (host network; the
-// working directory dir mounted read-write) and returns its output; a non-zero exit
-// is an error holding the output's tail.
-func runContainerOnce(ctx context.Context, kind, image string, cmd []string, dir string) (string, error) {
+// runContainerOnce runs cmd to its end in a container of image as user (see
+// runArgs; host network; the working directory dir mounted read-write) and returns
+// its output; a non-zero exit is an error holding the output's tail.
+func runContainerOnce(ctx context.Context, kind, image, user string, cmd []string, dir string) (string, error) {
 	if err := ensureImage(image); err != nil {
 		return "", err
 	}
 	what := strings.Join(cmd, " ") + " in a container of " + image
-	name, args := runArgs(kind, image, cmd, nil, dir, nil)
+	name, args := runArgs(kind, image, user, cmd, nil, dir, nil)
 	id, err := docker(ctx, args...)
 	defer func() { _, _ = dockerCall("rm", "--force", name) }()
 	if err != nil {

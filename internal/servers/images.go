@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // EnvServers chooses where servers come from: "local" (binaries on this machine
@@ -32,7 +34,49 @@ var (
 	// EtcdImage runs etcd (the etcd command line, /usr/local/bin/etcd), the
 	// version of the go.etcd.io/etcd modules in lab/go.mod.
 	EtcdImage = Image{Env: "DLOCK_ETCD_IMAGE", Default: "gcr.io/etcd-development/etcd:v3.7.3"}
+	// PostgresImage runs PostgreSQL 15's programs from postgresBin (the official
+	// image and Debian's postgresql-15 both keep them there) as its "postgres" user.
+	PostgresImage = Image{Env: "DLOCK_POSTGRES_IMAGE", Default: "postgres:15.10"}
+	// PgBouncerImage runs /usr/sbin/pgbouncer (Debian's package) as its "postgres"
+	// user. There is no official image: without DLOCK_PGBOUNCER_IMAGE, PgBouncer
+	// runs from the local binary only (StartPgBouncer under DLOCK_SERVERS=docker
+	// returns a *NoImageError).
+	PgBouncerImage = Image{Env: "DLOCK_PGBOUNCER_IMAGE"}
 )
+
+// containerUsers caches the ids of a user of an image (containerUser).
+var containerUsers struct {
+	mu  sync.Mutex
+	ids map[[2]string]*syscall.Credential
+}
+
+// containerUser returns the uid and gid that user has in image (`id` run in a
+// container of it): the owner to give the files a server running as that user
+// keeps in its mounted directory.
+func containerUser(image, user string) (*syscall.Credential, error) {
+	containerUsers.mu.Lock()
+	defer containerUsers.mu.Unlock()
+	if c := containerUsers.ids[[2]string{image, user}]; c != nil {
+		return c, nil
+	}
+	if err := ensureImage(image); err != nil {
+		return nil, err
+	}
+	out, err := dockerCall("run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", `echo "$(id -u "$1") $(id -g "$1")"`, "sh", user)
+	if err != nil {
+		return nil, fmt.Errorf("servers: the %q user of %s: %w", user, image, err)
+	}
+	var uid, gid uint32
+	if _, err := fmt.Sscanf(out, "%d %d", &uid, &gid); err != nil {
+		return nil, fmt.Errorf("servers: the %q user of %s: id said %q", user, image, out)
+	}
+	if containerUsers.ids == nil {
+		containerUsers.ids = map[[2]string]*syscall.Credential{}
+	}
+	c := &syscall.Credential{Uid: uid, Gid: gid}
+	containerUsers.ids[[2]string{image, user}] = c
+	return c, nil
+}
 
 // Image is one setting of the container path: a default and the environment
 // variable that overrides it.

@@ -111,7 +111,7 @@ func mariadbTemplateDir(ctx context.Context, mariadbd, image string) (string, er
 	defer os.RemoveAll(tmp) // no-op once renamed
 	args := append([]string{"--no-defaults", "--datadir=" + filepath.Join(tmp, "data")}, mariadbInstallArgs...)
 	if image != "" {
-		if _, err := runContainerOnce(ctx, "mariadb-install-db", image, append([]string{install}, args...), tmp); err != nil {
+		if _, err := runContainerOnce(ctx, "mariadb-install-db", image, "", append([]string{install}, args...), tmp); err != nil {
 			return "", err
 		}
 	} else {

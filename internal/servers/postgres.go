@@ -45,6 +45,7 @@ type Postgres struct {
 	Process // temp root: data/, postgres.log, the socket, tls/
 	addr    string
 	opts    PostgresOptions
+	place   pgPlace  // where its programs run
 	ext     *url.URL // external: DLOCK_POSTGRES_URL
 
 	// A replica's primary, its streaming link, and whether replay is paused; set
@@ -102,6 +103,73 @@ func serverUser() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
+// pgPlace is where PostgreSQL's programs (and PgBouncer) run: on this machine as
+// owner (nil: as this process), or, with img set, in containers of img as the
+// image's "postgres" user, whose uid and gid (owner) own the server's files.
+type pgPlace struct {
+	img   string
+	owner *syscall.Credential
+}
+
+// placePostgres decides where what (PostgreSQL or PgBouncer) runs: DLOCK_SERVERS,
+// else the local programs when local finds them, else image's containers.
+func placePostgres(what string, image Image, local func() error) (pgPlace, error) {
+	if dockerOnly() && image.Name() == "" {
+		return pgPlace{}, &NoImageError{What: what}
+	}
+	src, err := sourceFor(what, func() error {
+		if err := local(); err != nil {
+			return err
+		}
+		_, err := serverUser()
+		return err
+	})
+	if err != nil {
+		return pgPlace{}, err
+	}
+	if src == fromLocal {
+		owner, err := serverUser()
+		return pgPlace{owner: owner}, err
+	}
+	img := image.Name()
+	if img == "" {
+		return pgPlace{}, &NoImageError{What: what}
+	}
+	owner, err := containerUser(img, "postgres")
+	if err != nil {
+		return pgPlace{}, err
+	}
+	return pgPlace{img: img, owner: owner}, nil
+}
+
+// program is the path of one of PostgreSQL's programs here.
+func (pl pgPlace) program(name string) (string, error) {
+	if pl.img != "" {
+		return filepath.Join(postgresBin, name), nil
+	}
+	return postgresProgram(name)
+}
+
+// run runs a program to its end in dir (see runAs).
+func (pl pgPlace) run(ctx context.Context, dir, path string, args ...string) error {
+	if pl.img != "" {
+		_, err := runContainerOnce(ctx, filepath.Base(path), pl.img, "postgres", append([]string{path}, args...), dir)
+		return err
+	}
+	return runAs(ctx, pl.owner, dir, path, args...)
+}
+
+// proc is the handle of a server program that runs here.
+func (pl pgPlace) proc(name, path string, args []string, dir, logPath string) *proc {
+	p := &proc{name: name, path: path, args: args, dir: dir, logPath: logPath, stopSignal: syscall.SIGINT}
+	if pl.img != "" {
+		p.image, p.ctrUser = pl.img, "postgres"
+	} else {
+		p.cred = pl.owner
+	}
+	return p
+}
+
 // ownTree gives the tree at dir to cred's user (nothing for nil).
 func ownTree(dir string, cred *syscall.Credential) error {
 	if cred == nil {
@@ -136,18 +204,18 @@ func runAs(ctx context.Context, cred *syscall.Credential, dir, path string, args
 // machine's), streaming replication allowed. It returns once the server answers a
 // query.
 func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
-	if dockerOnly() {
-		return nil, &NoImageError{What: "PostgreSQL"}
-	}
-	cred, err := serverUser()
+	place, err := placePostgres("PostgreSQL", PostgresImage, func() error {
+		_, err := postgresProgram("initdb")
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	initdb, err := postgresProgram("initdb")
+	initdb, err := place.program("initdb")
 	if err != nil {
 		return nil, err
 	}
-	p, err := newPostgres(o, cred)
+	p, err := newPostgres(o, place)
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +223,9 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		if err := os.RemoveAll(p.dataDir()); err != nil {
 			return err
 		}
-		return p.initData(context.Background(), initdb, cred)
+		return p.initData(context.Background(), initdb)
 	}
-	if err := p.initData(ctx, initdb, cred); err != nil {
+	if err := p.initData(ctx, initdb); err != nil {
 		os.RemoveAll(p.dir)
 		return nil, err
 	}
@@ -168,10 +236,10 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	return p, nil
 }
 
-// newPostgres makes the handle and temporary directory of a server (owned by cred's
-// user), not yet started.
-func newPostgres(o PostgresOptions, cred *syscall.Credential) (*Postgres, error) {
-	bin, err := postgresProgram("postgres")
+// newPostgres makes the handle and temporary directory of a server (owned by the
+// place's owner), not yet started.
+func newPostgres(o PostgresOptions, place pgPlace) (*Postgres, error) {
+	bin, err := place.program("postgres")
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +247,8 @@ func newPostgres(o PostgresOptions, cred *syscall.Credential) (*Postgres, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Process: Process{dir: dir, grace: 30 * time.Second}, opts: o}
-	p.p = &proc{path: bin, dir: dir, logPath: filepath.Join(dir, "postgres.log"), cred: cred, stopSignal: syscall.SIGINT}
+	p := &Postgres{Process: Process{dir: dir, grace: 30 * time.Second}, opts: o, place: place}
+	p.p = place.proc("", bin, nil, dir, filepath.Join(dir, "postgres.log"))
 	p.relaunch = func(ctx context.Context) error { return p.p.startReady(ctx, p.ready) }
 	p.onClose = func() {
 		if p.link != nil {
@@ -203,7 +271,7 @@ func newPostgres(o PostgresOptions, cred *syscall.Credential) (*Postgres, error)
 			return nil, fmt.Errorf("servers: postgres TLS files: %w", err)
 		}
 	}
-	if err := ownTree(dir, cred); err != nil {
+	if err := ownTree(dir, place.owner); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -211,12 +279,12 @@ func newPostgres(o PostgresOptions, cred *syscall.Credential) (*Postgres, error)
 }
 
 // initData runs initdb into the data directory and writes pg_hba.conf.
-func (p *Postgres) initData(ctx context.Context, initdb string, cred *syscall.Credential) error {
-	if err := runAs(ctx, cred, p.dir, initdb, "-D", p.dataDir(), "-U", "postgres", "--auth=trust",
+func (p *Postgres) initData(ctx context.Context, initdb string) error {
+	if err := p.place.run(ctx, p.dir, initdb, "-D", p.dataDir(), "-U", "postgres", "--auth=trust",
 		"--no-sync", "--no-instructions", "-E", "UTF8", "--locale=C"); err != nil {
 		return fmt.Errorf("servers: %w", err)
 	}
-	return p.writeHBA(cred)
+	return p.writeHBA(p.place.owner)
 }
 
 // defaultHBA trusts every connection from this machine, replication included.
@@ -364,16 +432,15 @@ func StartPostgresReplicaPair(ctx context.Context, sync bool) (primary, replica 
 
 // startReplica makes a replica of primary (see StartPostgresReplicaPair).
 func startReplica(ctx context.Context, primary *Postgres) (*Postgres, error) {
-	basebackup, err := postgresProgram("pg_basebackup")
+	basebackup, err := primary.place.program("pg_basebackup")
 	if err != nil {
 		return nil, err
 	}
-	cred := primary.p.cred
 	link, err := NewProxy(primary.Addr())
 	if err != nil {
 		return nil, err
 	}
-	r, err := newPostgres(PostgresOptions{}, cred)
+	r, err := newPostgres(PostgresOptions{}, primary.place)
 	if err != nil {
 		link.Close()
 		return nil, err
@@ -389,7 +456,7 @@ func startReplica(ctx context.Context, primary *Postgres) (*Postgres, error) {
 		return nil, err
 	}
 	// -R writes standby.signal and primary_conninfo (the link's address).
-	if err := runAs(ctx, cred, r.dir, basebackup, "-h", host, "-p", port, "-U", "postgres", "-D", r.dataDir(),
+	if err := r.place.run(ctx, r.dir, basebackup, "-h", host, "-p", port, "-U", "postgres", "-D", r.dataDir(),
 		"-X", "stream", "-R", "--checkpoint=fast", "--no-sync"); err != nil {
 		return fail(fmt.Errorf("servers: %w", err))
 	}
@@ -523,21 +590,24 @@ func (b *PgBouncer) URL(db string) string {
 // transaction or statement) every database of it, as whatever user connects
 // (trusted, as the server trusts it; users listed in users are accepted too).
 func StartPgBouncer(ctx context.Context, target, mode string, users ...string) (*PgBouncer, error) {
-	if dockerOnly() {
-		return nil, &NoImageError{What: "PgBouncer"}
-	}
 	switch mode {
 	case "session", "transaction", "statement":
 	default:
 		return nil, fmt.Errorf("servers: pgbouncer pool_mode %q: want session, transaction or statement", mode)
 	}
-	bin, err := lookPath("pgbouncer")
-	if err != nil {
-		return nil, missing("pgbouncer", "pgbouncer")
-	}
-	cred, err := serverUser()
+	bin := "/usr/sbin/pgbouncer" // in PgBouncerImage
+	place, err := placePostgres("PgBouncer", PgBouncerImage, func() error {
+		var err error
+		if bin, err = lookPath("pgbouncer"); err != nil {
+			return missing("pgbouncer", "pgbouncer")
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
+	}
+	if place.img != "" {
+		bin = "/usr/sbin/pgbouncer"
 	}
 	dir, err := tempDir("pgbouncer")
 	if err != nil {
@@ -576,11 +646,10 @@ func StartPgBouncer(ctx context.Context, target, mode string, users ...string) (
 		if err := os.WriteFile(path, []byte(ini), 0o600); err != nil {
 			return nil, nil, err
 		}
-		if err := ownTree(dir, cred); err != nil {
+		if err := ownTree(dir, place.owner); err != nil {
 			return nil, nil, err
 		}
-		b.p = &proc{name: "pgbouncer " + b.addr, path: bin, args: []string{path}, dir: dir,
-			logPath: filepath.Join(dir, "pgbouncer.log"), cred: cred, stopSignal: syscall.SIGINT}
+		b.p = place.proc("pgbouncer "+b.addr, bin, []string{path}, dir, filepath.Join(dir, "pgbouncer.log"))
 		return b.p, b.ready, nil
 	})
 	if err != nil {

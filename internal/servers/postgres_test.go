@@ -222,14 +222,12 @@ func TestPgBouncer(t *testing.T) {
 	}
 }
 
-// Under DLOCK_SERVERS=docker (containers only) PostgreSQL and PgBouncer, which have
-// no container image, are not started as local processes: their Start functions say
-// so with a *NoImageError.
-func TestPostgresNoImage(t *testing.T) {
+// Under DLOCK_SERVERS=docker (containers only) a server kind without an image —
+// PgBouncer has no official one — is not started as a local process: its Start
+// function says so with a *NoImageError.
+func TestPgBouncerNoImage(t *testing.T) {
 	t.Setenv(servers.EnvServers, "docker")
-	if _, err := servers.StartPostgres(ctxT(t, 10*time.Second), servers.PostgresOptions{}); !servers.IsNoImage(err) {
-		t.Errorf("StartPostgres: %v; want a *NoImageError", err)
-	}
+	t.Setenv(servers.PgBouncerImage.Env, "")
 	if _, err := servers.StartPgBouncer(ctxT(t, 10*time.Second), "127.0.0.1:1", "transaction"); !servers.IsNoImage(err) {
 		t.Errorf("StartPgBouncer: %v; want a *NoImageError", err)
 	}

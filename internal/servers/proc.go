@@ -332,6 +332,9 @@ type proc struct {
 	// dir is mounted at its own path, and so are mounts (read-only).
 	image  string
 	mounts []string
+	// ctrUser is the user its containers run as, a name or uid:gid the image
+	// knows ("" for this process's user).
+	ctrUser string
 	// cred, when set, is the user a local process runs as (servers that refuse to
 	// run as root); stopSignal, when set, is what Stop sends instead of SIGTERM.
 	cred       *syscall.Credential

@@ -563,7 +563,7 @@ func (c *RedisCluster) WaitOK(ctx context.Context) error {
 // that node runs from.
 func redisCLI(ctx context.Context, node *Redis, args []string) error {
 	if node.p.inContainer() {
-		_, err := runContainerOnce(ctx, "redis-cli", node.p.image, append([]string{"redis-cli"}, args...), node.dir)
+		_, err := runContainerOnce(ctx, "redis-cli", node.p.image, "", append([]string{"redis-cli"}, args...), node.dir)
 		return err
 	}
 	cli, err := lookPath("redis-cli")
