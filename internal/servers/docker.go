@@ -170,10 +170,11 @@ var nameChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
 // runArgs are the arguments of `docker run` for one detached container of image
 // running cmd with the host's network, as user (a name or uid:gid known to the
-// image; "" for this process's user), in dir (mounted read-write at its own path)
-// with ro mounted read-only, labelled with its owner (labels override the owner's
-// pid, for tests).
-func runArgs(kind, image, user string, cmd, env []string, dir string, ro []string, labels ...string) (name string, args []string) {
+// image; "" for this process's user), stopped by `docker stop` with stop (0 for
+// the image's default, SIGTERM), in dir (mounted read-write at its own path) with
+// ro mounted read-only, labelled with its owner (labels override the owner's pid,
+// for tests).
+func runArgs(kind, image, user string, stop syscall.Signal, cmd, env []string, dir string, ro []string, labels ...string) (name string, args []string) {
 	host, _ := os.Hostname()
 	name = fmt.Sprintf("dlock-%s-%d-%d", nameChars.ReplaceAllString(kind, "-"), os.Getpid(), containerSeq.Add(1))
 	if user == "" {
@@ -183,6 +184,9 @@ func runArgs(kind, image, user string, cmd, env []string, dir string, ro []strin
 		"--user", user, "--workdir", dir,
 		"--volume", dir + ":" + dir, "--entrypoint", cmd[0],
 		"--label", labelHost + "=" + host}
+	if stop != 0 {
+		args = append(args, "--stop-signal", strconv.Itoa(int(stop)))
+	}
 	if len(labels) == 0 {
 		labels = []string{labelPID + "=" + strconv.Itoa(os.Getpid())}
 	}
@@ -208,7 +212,7 @@ func (p *proc) startContainer(logf *os.File) (chan struct{}, error) {
 	kind, _, _ := strings.Cut(p.name, " ")
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultStartTimeout)
 	defer cancel()
-	name, args := runArgs(kind, p.image, p.ctrUser, append([]string{p.path}, p.args...), p.env, p.dir, p.mounts)
+	name, args := runArgs(kind, p.image, p.ctrUser, p.stopSignal, append([]string{p.path}, p.args...), p.env, p.dir, p.mounts)
 	id, err := docker(ctx, args...)
 	if err != nil {
 		_, _ = dockerCall("rm", "--force", name) // created, perhaps, but not started
@@ -329,7 +333,7 @@ func runContainerOnce(ctx context.Context, kind, image, user string, cmd []strin
 		return "", err
 	}
 	what := strings.Join(cmd, " ") + " in a container of " + image
-	name, args := runArgs(kind, image, user, cmd, nil, dir, nil)
+	name, args := runArgs(kind, image, user, 0, cmd, nil, dir, nil)
 	id, err := docker(ctx, args...)
 	defer func() { _, _ = dockerCall("rm", "--force", name) }()
 	if err != nil {

@@ -136,7 +136,7 @@ func TestSweepStaleContainers(t *testing.T) {
 		if err := ensureImage(RedisImage.Name()); err != nil {
 			t.Fatal(err)
 		}
-		name, args := runArgs("sweep-test", RedisImage.Name(), "", []string{"sleep", "300"}, nil, dir, nil, labelPID+"="+strconv.Itoa(owner))
+		name, args := runArgs("sweep-test", RedisImage.Name(), "", 0, []string{"sleep", "300"}, nil, dir, nil, labelPID+"="+strconv.Itoa(owner))
 		id, err := docker(ctx, args...)
 		t.Cleanup(func() { _, _ = dockerCall("rm", "--force", name) })
 		if err != nil {
