@@ -424,3 +424,13 @@ func TestCompareInterruptStopsServers(t *testing.T) {
 		t.Errorf("left running after the interrupted compare exited (now killed):\n%s", strings.Join(left, "\n"))
 	}
 }
+
+// TestTestTimeout: go test's -timeout leaves every package of the full campaign room
+// (a package that outlived it would lose all its cells to the timeout's panic).
+func TestTestTimeout(t *testing.T) {
+	for _, tg := range targets {
+		if got, need := testTimeout(tg), 2*time.Duration(tg.Minutes)*time.Minute; got < need || got < time.Hour {
+			t.Errorf("%s: timeout %v, want at least an hour and twice its %d minutes", tg.Name, got, tg.Minutes)
+		}
+	}
+}

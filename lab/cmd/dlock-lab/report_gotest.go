@@ -45,6 +45,13 @@ func lookGo() (string, error) {
 	return p, nil
 }
 
+// testTimeout is go test's -timeout for t's package: a bound that only a hung test
+// reaches, three times the full campaign's time for the package and never under an hour
+// (the longest packages take more than an hour in the full campaign).
+func testTimeout(t target) time.Duration {
+	return max(time.Hour, 3*time.Duration(t.Minutes)*time.Minute)
+}
+
 // runTests runs the conformance and fault tests of t's package matching pattern,
 // with the package's cell files written to <out>/cells/<name>/ and its go test
 // output to <out>/logs/<name>.log, and returns the cells, the failed tests and notes.
@@ -76,7 +83,7 @@ func runTests(ctx context.Context, root string, t target, pattern string, trials
 	}
 	defer logFile.Close()
 
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-json", "-timeout", "60m", "-run", pattern, t.Pkg)
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-json", "-timeout", testTimeout(t).String(), "-run", pattern, t.Pkg)
 	cmd.Dir = filepath.Join(root, t.Dir)
 	cmd.Env = append(os.Environ(), results.DirEnv+"="+cellDir, "DLOCK_FAULT_TRIALS="+strconv.Itoa(trials),
 		"DLOCK_PROPERTY_TRIALS="+strconv.Itoa(propertyTrials))
