@@ -75,7 +75,7 @@ func (h *tableHarness) NewLocker(t testing.TB) dlock.Locker {
 	if h.url != "" {
 		return servertest.Open(t, h.url)
 	}
-	return mysqllock.New(openDB(t, h.dsn, nil), mysqllock.WithFIFO(h.fifo))
+	return mysqllock.New(openDB(t, h.dsn, nil), mysqllock.WithFIFO(h.fifo), mysqllock.OwnDB())
 }
 
 func (h *tableHarness) Capabilities() spec.Capabilities {
@@ -187,7 +187,7 @@ func (h *getLockHarness) NewLocker(t testing.TB) dlock.Locker {
 			c.Addr = p.Addr()
 			c.Params = map[string]string{"wait_timeout": fmt.Sprint(int(sessionTimeout.Seconds()))}
 		})
-		l = mysqllock.NewGetLock(db)
+		l = mysqllock.NewGetLock(db, mysqllock.OwnDB())
 	}
 	h.proxies.Add(t, l, p)
 	return l
