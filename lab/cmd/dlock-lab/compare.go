@@ -111,7 +111,8 @@ type compareConfig struct {
 	backends, scenarios string
 	trials              int
 	duration            time.Duration
-	out, from           string
+	out, from, replace  string
+	because             string
 	maxLoad             float64
 	force               bool
 	full                bool
@@ -149,6 +150,8 @@ func compareFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this; then they run, marked not quiet")
 	fs.BoolVar(&c.force, "force", false, "run the benchmarks at once even above --max-load (the report says they are not quiet)")
 	fs.StringVar(&c.from, "from", "", "render the report from the JSON files in `DIR` without running anything")
+	fs.StringVar(&c.replace, "replace", "", "with --from: the report of a second run in `DIR` (--backends of the same campaign) whose test packages' cells, failures, histories and logs replace the first run's (copied into --out); the report notes it")
+	fs.StringVar(&c.because, "because", "", "with --replace: why the packages were run again (a `reason` for the report's note)")
 }
 
 // target is one test package that compare runs.
@@ -208,6 +211,22 @@ func compareCommand(fs *flag.FlagSet) int {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dlock-lab compare: %v\n", err)
 			return cmdline.ExitUsage
+		}
+		if c.replace != "" {
+			if c.because == "" {
+				return cmd.UsageError(os.Stderr, "--replace needs --because: the report says why packages were run again")
+			}
+			again, err := report.FromDir(c.replace)
+			if err == nil {
+				r, _, err = replacePackages(r, again, c.because)
+			}
+			if err == nil {
+				err = copyRun(c.replace, c.out)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "dlock-lab compare: --replace %s: %v\n", c.replace, err)
+				return cmdline.ExitUsage
+			}
 		}
 		return finishReport(r, c.out)
 	}

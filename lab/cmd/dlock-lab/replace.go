@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/dlock-go/dlock/internal/report"
+)
+
+// replacePackages returns base with the test packages that rerun ran taken from
+// rerun instead: base's cells and failures of those packages are dropped and
+// rerun's put in their place, and a note says which packages were run again, when,
+// on which commit and why (because). The speed table stays base's. A package is
+// known by its cells' code stamp; a rerun cell without one is an error (nothing
+// would bind it to the code it tested).
+func replacePackages(base, rerun *report.Report, because string) (*report.Report, []string, error) {
+	var pkgs, commits []string
+	for _, c := range rerun.Cells {
+		if c.Code == nil {
+			if c.Status == "not applicable" {
+				continue
+			}
+			return nil, nil, fmt.Errorf("the rerun's cell %s/%s/%s carries no code stamp", c.Backend, c.Scenario, c.Property)
+		}
+		if !slices.Contains(pkgs, c.Code.Package) {
+			pkgs = append(pkgs, c.Code.Package)
+		}
+		if !slices.Contains(commits, c.Code.Commit) {
+			commits = append(commits, c.Code.Commit)
+		}
+	}
+	if len(pkgs) == 0 {
+		return nil, nil, fmt.Errorf("the rerun has no cell to put in")
+	}
+	if rerun.Campaign != base.Campaign || rerun.Trials != base.Trials {
+		return nil, nil, fmt.Errorf("the rerun is a %s campaign of %d trials, the report a %s one of %d: they do not mix",
+			rerun.Campaign, rerun.Trials, base.Campaign, base.Trials)
+	}
+	ofPkgs := func(failure string) bool {
+		return slices.ContainsFunc(pkgs, func(p string) bool { return strings.HasPrefix(strings.TrimPrefix(failure, "./"), p+": ") })
+	}
+	out := *base
+	out.Cells = nil
+	for _, c := range base.Cells {
+		if c.Code == nil || !slices.Contains(pkgs, c.Code.Package) {
+			out.Cells = append(out.Cells, c)
+		}
+	}
+	out.Cells = append(out.Cells, rerun.Cells...)
+	out.Failures = slices.DeleteFunc(slices.Clone(base.Failures), ofPkgs)
+	out.Failures = append(out.Failures, rerun.Failures...)
+	out.Notes = append(slices.Clone(base.Notes), rerun.Notes...)
+	slices.Sort(pkgs)
+	out.Notes = append(out.Notes, fmt.Sprintf("the cells of %s are from a second run (%s, %s, commit %s): %s",
+		strings.Join(pkgs, ", "), rerun.Date, rerun.Command, strings.Join(commits, ", "), because))
+	return &out, pkgs, nil
+}
+
+// copyRun copies the files a run keeps beside its report — its cells/ and logs/
+// directories (histories included) — from dir into out, replacing what out had
+// under the same names.
+func copyRun(dir, out string) error {
+	for _, sub := range []string{"cells", "logs"} {
+		root := filepath.Join(dir, sub)
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) && path == root {
+					return nil
+				}
+				return err
+			}
+			rel, err := filepath.Rel(dir, path)
+			if err != nil {
+				return err
+			}
+			target := filepath.Join(out, rel)
+			if d.IsDir() {
+				if filepath.Dir(path) == root { // a run's own directory: replaced whole
+					if err := os.RemoveAll(target); err != nil {
+						return err
+					}
+				}
+				return os.MkdirAll(target, 0o755)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(target, data, 0o644)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/report"
+	"github.com/dlock-go/dlock/internal/results"
+	"github.com/dlock-go/dlock/spec"
+)
+
+// TestReplacePackages: a second run's packages take the place of the first run's —
+// cells and failures — and the rest of the first run stays; the report says so.
+func TestReplacePackages(t *testing.T) {
+	cell := func(pkg, prop, status string) results.Cell {
+		return results.Cell{Backend: pkg, Scenario: "Conformance", Property: prop, Status: spec.Status(status),
+			Code: &results.Code{Package: "backends/" + pkg, Commit: "c-" + pkg, Hash: "h"}}
+	}
+	base := &report.Report{Campaign: "full", Trials: 20, Speed: &report.Speed{Columns: []string{"x"}},
+		Cells:    []results.Cell{cell("a", "P", "failed"), cell("a", "Q", "held"), cell("b", "P", "held")},
+		Failures: []string{"backends/a: TestConformance/P", "backends/b: TestFaults/single/X"}}
+	again := &report.Report{Campaign: "full", Trials: 20, Date: "D", Command: "C",
+		Cells: []results.Cell{cell("a", "P", "held"), cell("a", "Q", "held")}}
+	got, pkgs, err := replacePackages(base, again, "the harness ran out of connections")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) != 1 || pkgs[0] != "backends/a" {
+		t.Errorf("packages replaced: %v, want [backends/a]", pkgs)
+	}
+	var cells []string
+	for _, c := range got.Cells {
+		cells = append(cells, c.Backend+"/"+c.Property+"="+string(c.Status))
+	}
+	if strings.Join(cells, " ") != "b/P=held a/P=held a/Q=held" {
+		t.Errorf("cells: %v", cells)
+	}
+	if len(got.Failures) != 1 || got.Failures[0] != "backends/b: TestFaults/single/X" {
+		t.Errorf("failures: %v, want only b's", got.Failures)
+	}
+	if got.Speed != base.Speed {
+		t.Error("the speed table is not the first run's")
+	}
+	if n := got.Notes[len(got.Notes)-1]; !strings.Contains(n, "backends/a") || !strings.Contains(n, "c-a") || !strings.Contains(n, "out of connections") {
+		t.Errorf("note: %q", n)
+	}
+	if len(base.Cells) != 3 || len(base.Failures) != 2 {
+		t.Error("the first run's report was changed in place")
+	}
+
+	unstamped := &report.Report{Campaign: "full", Trials: 20, Cells: []results.Cell{{Backend: "a", Status: spec.Held}}}
+	if _, _, err := replacePackages(base, unstamped, "x"); err == nil {
+		t.Error("a rerun cell without a code stamp was taken")
+	}
+	quick := &report.Report{Campaign: "quick", Trials: 2, Cells: again.Cells}
+	if _, _, err := replacePackages(base, quick, "x"); err == nil {
+		t.Error("a quick rerun was mixed into a full report")
+	}
+}
+
+// TestCopyRun: a rerun's directories under cells/ replace the first run's of the
+// same name whole (no history of the first run left beside the second's), its logs
+// overwrite theirs, and the others stay.
+func TestCopyRun(t *testing.T) {
+	out, again := t.TempDir(), t.TempDir()
+	write := func(dir, rel, s string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(out, "cells/a/old.json", "old")
+	write(out, "cells/a/histories/h0.jsonl", "old")
+	write(out, "cells/b/b.json", "b")
+	write(out, "logs/a.log", "old")
+	write(out, "logs/b.log", "b")
+	write(again, "cells/a/new.json", "new")
+	write(again, "cells/a/histories/h1.jsonl", "new")
+	write(again, "logs/a.log", "new")
+	if err := copyRun(again, out); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"cells/a/new.json": "new", "cells/a/histories/h1.jsonl": "new", "cells/b/b.json": "b",
+		"logs/a.log": "new", "logs/b.log": "b"}
+	for rel, s := range want {
+		if data, err := os.ReadFile(filepath.Join(out, rel)); err != nil || string(data) != s {
+			t.Errorf("%s: %q, %v; want %q", rel, data, err, s)
+		}
+	}
+	for _, rel := range []string{"cells/a/old.json", "cells/a/histories/h0.jsonl"} {
+		if _, err := os.Stat(filepath.Join(out, rel)); err == nil {
+			t.Errorf("%s of the first run is still there", rel)
+		}
+	}
+}
