@@ -232,6 +232,9 @@ func compareCommand(fs *flag.FlagSet) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["replace"] || set["because"] {
+		return cmd.UsageError(os.Stderr, "--replace and --because go with --from: they put a second run's packages into an earlier report")
+	}
 	if set["trials"] && c.trials < 1 {
 		return cmd.UsageError(os.Stderr, "--trials must be at least 1")
 	}

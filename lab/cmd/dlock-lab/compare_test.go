@@ -150,6 +150,8 @@ func TestCompareUsage(t *testing.T) {
 		{[]string{"--from", "testdata/cells", "--parallel", "2"}, "", "cannot be combined with --parallel"},
 		{[]string{"--from", "testdata/cells", "--backends", "mem"}, "", "cannot be combined with --backends"},
 		{[]string{"--from", "testdata/nothing-here"}, "", "no report.json"},
+		{[]string{"--replace", "testdata/cells", "--because", "x"}, "", "go with --from"},
+		{[]string{"--from", "testdata/cells", "--replace", "testdata/cells"}, "", "--replace needs --because"},
 		{[]string{"--bogus"}, "", "flag provided but not defined"},
 		{[]string{"--backends", "mem"}, os.TempDir(), "not inside a dlock source checkout"},
 	} {
