@@ -96,7 +96,7 @@ func (h *harness) NewLocker(t testing.TB) dlock.Locker {
 	if h.urlFor != nil {
 		l = servertest.Open(t, h.urlFor(eps))
 	} else {
-		l = etcdlock.New(newClient(t, eps), etcdlock.WithPrefix(h.prefix))
+		l = etcdlock.New(newClient(t, eps), etcdlock.WithPrefix(h.prefix), etcdlock.OwnClient())
 	}
 	h.proxies.Add(t, l, ps)
 	return l
