@@ -40,8 +40,13 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 		return nil, nil, fmt.Errorf("the rerun is a %s campaign of %d trials, the report a %s one of %d: they do not mix",
 			rerun.Campaign, rerun.Trials, base.Campaign, base.Trials)
 	}
+	// A failure names its package relative to its module ("peers/getlockpeer: …"),
+	// a code stamp relative to the repository ("lab/peers/getlockpeer").
 	ofPkgs := func(failure string) bool {
-		return slices.ContainsFunc(pkgs, func(p string) bool { return strings.HasPrefix(strings.TrimPrefix(failure, "./"), p+": ") })
+		f := strings.TrimPrefix(failure, "./")
+		return slices.ContainsFunc(pkgs, func(p string) bool {
+			return strings.HasPrefix(f, p+": ") || strings.HasPrefix(f, strings.TrimPrefix(p, "lab/")+": ")
+		})
 	}
 	out := *base
 	out.Cells = nil

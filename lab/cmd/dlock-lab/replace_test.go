@@ -18,23 +18,27 @@ func TestReplacePackages(t *testing.T) {
 		return results.Cell{Backend: pkg, Scenario: "Conformance", Property: prop, Status: spec.Status(status),
 			Code: &results.Code{Package: "backends/" + pkg, Commit: "c-" + pkg, Hash: "h"}}
 	}
+	peer := cell("p", "P", "failed")
+	peer.Code.Package = "lab/peers/p" // the lab's packages: a failure names them from the lab module
 	base := &report.Report{Campaign: "full", Trials: 20, Speed: &report.Speed{Columns: []string{"x"}},
-		Cells:    []results.Cell{cell("a", "P", "failed"), cell("a", "Q", "held"), cell("b", "P", "held")},
-		Failures: []string{"backends/a: TestConformance/P", "backends/b: TestFaults/single/X"}}
+		Cells:    []results.Cell{cell("a", "P", "failed"), cell("a", "Q", "held"), cell("b", "P", "held"), peer},
+		Failures: []string{"backends/a: TestConformance/P", "backends/b: TestFaults/single/X", "peers/p: TestConformance/P"}}
+	peerAgain := cell("p", "P", "held")
+	peerAgain.Code.Package = "lab/peers/p"
 	again := &report.Report{Campaign: "full", Trials: 20, Date: "D", Command: "C",
-		Cells: []results.Cell{cell("a", "P", "held"), cell("a", "Q", "held")}}
+		Cells: []results.Cell{cell("a", "P", "held"), cell("a", "Q", "held"), peerAgain}}
 	got, pkgs, err := replacePackages(base, again, "the harness ran out of connections")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pkgs) != 1 || pkgs[0] != "backends/a" {
-		t.Errorf("packages replaced: %v, want [backends/a]", pkgs)
+	if strings.Join(pkgs, " ") != "backends/a lab/peers/p" {
+		t.Errorf("packages replaced: %v, want [backends/a lab/peers/p]", pkgs)
 	}
 	var cells []string
 	for _, c := range got.Cells {
 		cells = append(cells, c.Backend+"/"+c.Property+"="+string(c.Status))
 	}
-	if strings.Join(cells, " ") != "b/P=held a/P=held a/Q=held" {
+	if strings.Join(cells, " ") != "b/P=held a/P=held a/Q=held p/P=held" {
 		t.Errorf("cells: %v", cells)
 	}
 	if len(got.Failures) != 1 || got.Failures[0] != "backends/b: TestFaults/single/X" {
@@ -46,7 +50,7 @@ func TestReplacePackages(t *testing.T) {
 	if n := got.Notes[len(got.Notes)-1]; !strings.Contains(n, "backends/a") || !strings.Contains(n, "c-a") || !strings.Contains(n, "out of connections") {
 		t.Errorf("note: %q", n)
 	}
-	if len(base.Cells) != 3 || len(base.Failures) != 2 {
+	if len(base.Cells) != 4 || len(base.Failures) != 3 {
 		t.Error("the first run's report was changed in place")
 	}
 
