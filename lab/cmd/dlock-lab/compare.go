@@ -150,7 +150,7 @@ func compareFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.maxLoad, "max-load", bench.DefaultMaxLoad, "the benchmarks wait (up to 3 minutes) for the one-minute load average to drop below this; then they run, marked not quiet")
 	fs.BoolVar(&c.force, "force", false, "run the benchmarks at once even above --max-load (the report says they are not quiet)")
 	fs.StringVar(&c.from, "from", "", "render the report from the JSON files in `DIR` without running anything")
-	fs.StringVar(&c.replace, "replace", "", "with --from: the report of a second run in `DIR` (--backends of the same campaign) whose test packages' cells, failures, histories and logs replace the first run's (copied into --out); the report notes it")
+	fs.StringVar(&c.replace, "replace", "", "with --from: the report of a second run in `DIR` (--backends of the same campaign) whose test packages' cells, failures, histories and logs (and speed table, if it ran the benchmarks) replace the first run's (copied into --out); the report notes it")
 	fs.StringVar(&c.because, "because", "", "with --replace: why the packages were run again (a `reason` for the report's note)")
 }
 

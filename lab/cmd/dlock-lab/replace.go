@@ -14,11 +14,17 @@ import (
 // replacePackages returns base with the test packages that rerun ran taken from
 // rerun instead: base's cells and failures of those packages are dropped and
 // rerun's put in their place, and a note says which packages were run again, when,
-// on which commit and why (because). The speed table stays base's. A package is
+// on which commit and why (because). A rerun with benchmarks replaces the speed
+// table (and the benchmarks' failures) too; otherwise it stays base's. A package is
 // known by its cells' code stamp; a rerun cell without one is an error (nothing
 // would bind it to the code it tested).
 func replacePackages(base, rerun *report.Report, because string) (*report.Report, []string, error) {
-	var pkgs, commits []string
+	var pkgs, commits []string // the test packages rerun ran, the commits it ran on
+	addCommit := func(c string) {
+		if !slices.Contains(commits, c) {
+			commits = append(commits, c)
+		}
+	}
 	for _, c := range rerun.Cells {
 		if c.Code == nil {
 			if c.Status == "not applicable" {
@@ -29,26 +35,43 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 		if !slices.Contains(pkgs, c.Code.Package) {
 			pkgs = append(pkgs, c.Code.Package)
 		}
-		if !slices.Contains(commits, c.Code.Commit) {
-			commits = append(commits, c.Code.Commit)
-		}
+		addCommit(c.Code.Commit)
 	}
-	if len(pkgs) == 0 {
-		return nil, nil, fmt.Errorf("the rerun has no cell to put in")
+	var what []string
+	if rerun.Speed != nil {
+		if rerun.Speed.Code == nil {
+			return nil, nil, fmt.Errorf("the rerun's speed table carries no code stamp")
+		}
+		addCommit(rerun.Speed.Code.Commit)
+		what = append(what, "the speed table ("+rerun.Speed.Code.Package+")")
+	}
+	if len(pkgs) == 0 && rerun.Speed == nil {
+		return nil, nil, fmt.Errorf("the rerun has no cell and no speed table to put in")
 	}
 	if rerun.Campaign != base.Campaign || rerun.Trials != base.Trials {
 		return nil, nil, fmt.Errorf("the rerun is a %s campaign of %d trials, the report a %s one of %d: they do not mix",
 			rerun.Campaign, rerun.Trials, base.Campaign, base.Trials)
 	}
+	slices.Sort(pkgs)
+	if len(pkgs) > 0 {
+		what = append(what, "the cells of "+strings.Join(pkgs, ", "))
+	}
 	// A failure names its package relative to its module ("peers/getlockpeer: …"),
-	// a code stamp relative to the repository ("lab/peers/getlockpeer").
-	ofPkgs := func(failure string) bool {
+	// a code stamp relative to the repository ("lab/peers/getlockpeer"); the
+	// benchmarks' failures start with "benchmarks: ".
+	replaced := func(failure string) bool {
 		f := strings.TrimPrefix(failure, "./")
+		if rerun.Speed != nil && strings.HasPrefix(f, "benchmarks: ") {
+			return true
+		}
 		return slices.ContainsFunc(pkgs, func(p string) bool {
 			return strings.HasPrefix(f, p+": ") || strings.HasPrefix(f, strings.TrimPrefix(p, "lab/")+": ")
 		})
 	}
 	out := *base
+	if rerun.Speed != nil {
+		out.Speed = rerun.Speed
+	}
 	out.Cells = nil
 	for _, c := range base.Cells {
 		if c.Code == nil || !slices.Contains(pkgs, c.Code.Package) {
@@ -56,12 +79,11 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 		}
 	}
 	out.Cells = append(out.Cells, rerun.Cells...)
-	out.Failures = slices.DeleteFunc(slices.Clone(base.Failures), ofPkgs)
+	out.Failures = slices.DeleteFunc(slices.Clone(base.Failures), replaced)
 	out.Failures = append(out.Failures, rerun.Failures...)
 	out.Notes = append(slices.Clone(base.Notes), rerun.Notes...)
-	slices.Sort(pkgs)
-	out.Notes = append(out.Notes, fmt.Sprintf("the cells of %s are from a second run (%s, %s, commit %s): %s",
-		strings.Join(pkgs, ", "), rerun.Date, rerun.Command, strings.Join(commits, ", "), because))
+	out.Notes = append(out.Notes, fmt.Sprintf("%s: from a second run (%s, %s, commit %s): %s",
+		strings.Join(what, " and "), rerun.Date, rerun.Command, strings.Join(commits, ", "), because))
 	return &out, pkgs, nil
 }
 

@@ -103,3 +103,30 @@ func TestCopyRun(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceSpeed: a rerun of the benchmarks alone puts its speed table (and its
+// failures) in place of the first run's and leaves every cell.
+func TestReplaceSpeed(t *testing.T) {
+	old := &report.Speed{Columns: []string{"old"}, Code: &results.Code{Package: "lab/bench", Commit: "c1"}}
+	base := &report.Report{Campaign: "full", Trials: 20, Speed: old,
+		Cells:    []results.Cell{{Backend: "a", Status: spec.Held, Code: &results.Code{Package: "backends/a"}}},
+		Failures: []string{"benchmarks: too slow", "backends/a: TestX"}}
+	again := &report.Report{Campaign: "full", Trials: 20, Speed: &report.Speed{Columns: []string{"new"}, Code: &results.Code{Package: "lab/bench", Commit: "c2"}}}
+	got, _, err := replacePackages(base, again, "the bench's code changed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Speed != again.Speed || len(got.Cells) != 1 {
+		t.Errorf("speed %v, %d cells; want the rerun's speed and the first run's cell", got.Speed.Columns, len(got.Cells))
+	}
+	if len(got.Failures) != 1 || got.Failures[0] != "backends/a: TestX" {
+		t.Errorf("failures: %v", got.Failures)
+	}
+	if n := got.Notes[len(got.Notes)-1]; !strings.HasPrefix(n, "the speed table (lab/bench): from a second run") || !strings.Contains(n, "c2") {
+		t.Errorf("note: %q", n)
+	}
+	again.Speed.Code = nil
+	if _, _, err := replacePackages(base, again, "x"); err == nil {
+		t.Error("a speed table without a code stamp was taken")
+	}
+}
