@@ -18,7 +18,9 @@ var readmeRows = []struct{ backend, url, useFor string }{
 	{"mysql", "mysql://", "you already run MySQL/MariaDB; fencing"},
 	{"redis", "redis://", "speed; correctness only with fencing, persistence and no failover"},
 	{"redlock", "redlock://", "efficiency locks across independent Redis masters (no fencing)"},
+	{"postgres", "postgres://", "you already run PostgreSQL; fencing; works through PgBouncer"},
 	{"mysql+getlock", "mysql+getlock://", "simple exclusion held by a connection (no fencing)"},
+	{"postgres+advisory", "postgres+advisory://", "exclusion held by a session (no fencing); not behind a transaction pooler"},
 	{"redis+setnx", "redis+setnx://", "study only: the seeds' broken algorithms"},
 	{"mem", "mem://", "tests, one process"},
 }

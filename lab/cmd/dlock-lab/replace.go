@@ -48,7 +48,8 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 	if len(pkgs) == 0 && rerun.Speed == nil {
 		return nil, nil, fmt.Errorf("the rerun has no cell and no speed table to put in")
 	}
-	if rerun.Campaign != base.Campaign || rerun.Trials != base.Trials {
+	// A rerun of the benchmarks alone ran no trial: only its campaign must match.
+	if rerun.Campaign != base.Campaign || (len(rerun.Cells) > 0 && rerun.Trials != base.Trials) {
 		return nil, nil, fmt.Errorf("the rerun is a %s campaign of %d trials, the report a %s one of %d: they do not mix",
 			rerun.Campaign, rerun.Trials, base.Campaign, base.Trials)
 	}
