@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/report"
+	"github.com/dlock-go/dlock/spec"
 )
 
 // replacePackages returns base with the test packages that rerun ran taken from
@@ -27,7 +28,7 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 	}
 	for _, c := range rerun.Cells {
 		if c.Code == nil {
-			if c.Status == "not applicable" {
+			if c.Status == spec.NotApplicable {
 				continue
 			}
 			return nil, nil, fmt.Errorf("the rerun's cell %s/%s/%s carries no code stamp", c.Backend, c.Scenario, c.Property)
