@@ -45,6 +45,7 @@ type advisoryDriver struct {
 	migrated bool
 	probe    *poolerInfo   // nil until the first lock
 	check    time.Duration // the check interval, cut to a third of idle_session_timeout
+	answer   time.Duration // how long a check waits for the server's answer (answerWait)
 	ids      map[string]int64
 }
 
@@ -62,26 +63,27 @@ func newAdvisory(pool *pgxpool.Pool, o options) dlock.Locker {
 
 // ready makes the registry (WithMigrate), refuses a pooler that moves sessions,
 // and reads the session's idle_session_timeout, once; a failure is returned and
-// tried again next time (a refusal every time).
-func (d *advisoryDriver) ready(ctx context.Context) (time.Duration, error) {
+// tried again next time (a refusal every time). It returns the check interval and
+// how long a check waits for its answer.
+func (d *advisoryDriver) ready(ctx context.Context) (every, answer time.Duration, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return 0, dlock.ErrClosed
+		return 0, 0, dlock.ErrClosed
 	}
 	if d.probe == nil {
 		p, err := findPooler(ctx, d.pool.Config().ConnConfig)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		d.probe = &p
 	}
 	if err := refusePooler(*d.probe); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if d.opts.migrate && !d.migrated {
 		if _, err := d.pool.Exec(ctx, fmt.Sprintf(createRegistry, quoteIdent(d.opts.registry))); err != nil && !isDuplicateObject(err) {
-			return 0, fmt.Errorf("create table: %w", err)
+			return 0, 0, fmt.Errorf("create table: %w", err)
 		}
 		d.migrated = true
 	}
@@ -92,15 +94,40 @@ func (d *advisoryDriver) ready(ctx context.Context) (time.Duration, error) {
 			err = d.pool.QueryRow(ctx, sessionTimeoutSQL).Scan(&ms)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("read idle_session_timeout: %w", err)
+			return 0, 0, fmt.Errorf("read idle_session_timeout: %w", err)
 		}
 		d.check = d.opts.check
-		if w := time.Duration(ms) * time.Millisecond; w > 0 && d.check > w/3 {
+		w := time.Duration(ms) * time.Millisecond
+		if w > 0 && d.check > w/3 {
 			d.check = w / 3
 		}
+		d.answer = answerWait(d.check, w)
 	}
-	return d.check, nil
+	return d.check, d.answer, nil
 }
+
+// answerWait is how long a check of a held lock waits for the server's answer, with
+// checks every interval on a server that ends a silent session after idle (0: never).
+// A check that gets no answer in time ends the lease (the client lost touch), so the
+// wait must end before the server may free the lock: the server frees it idle after
+// the last statement it heard, the last check that was answered at the latest; the
+// next check starts an interval later, and gives up an interval before the server
+// may free the lock: idle − 2×interval (at least an interval, as the interval is at
+// most a third of idle). Waiting only an interval, as the checks once did, took a
+// busy machine's slow answer for a loss (TestConformanceTLS/advisory under the full
+// campaign's load). A server that never ends an idle session keeps the lock until its
+// TCP keepalives give up (hours): a slow answer is not a loss, and the check waits
+// noSessionTimeoutWait.
+func answerWait(interval, idle time.Duration) time.Duration {
+	if idle <= 0 {
+		return max(interval, noSessionTimeoutWait)
+	}
+	return max(interval, idle-2*interval)
+}
+
+// noSessionTimeoutWait is how long a check waits for its answer on a server whose
+// idle_session_timeout is 0.
+const noSessionTimeoutWait = 10 * time.Second
 
 func (d *advisoryDriver) TryLock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
 	return d.take(ctx, key, false, false)
@@ -134,7 +161,7 @@ func (d *advisoryDriver) TryLockSemaphore(ctx context.Context, key string, limit
 // connection of its own: one attempt, then, with wait, a wait in the server's
 // queue.
 func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait bool) (lk driver.Lock, err error) {
-	check, err := d.ready(ctx)
+	check, answer, err := d.ready(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +212,7 @@ func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait boo
 		conn.Release()
 		return nil, driver.Busy(0)
 	}
-	l := &advisoryLock{d: d, conn: conn, id: id, shared: shared, name: name, check: check, turn: make(chan struct{}, 1), lost: make(chan struct{}),
+	l := &advisoryLock{d: d, conn: conn, id: id, shared: shared, name: name, check: check, answer: answer, turn: make(chan struct{}, 1), lost: make(chan struct{}),
 		sock: sockwatch.New(socketOf(conn.Conn().PgConn()))}
 	l.watch()
 	return l, nil
@@ -325,7 +352,8 @@ type advisoryLock struct {
 	id     int64
 	shared bool
 	name   string
-	check  time.Duration
+	check  time.Duration // the interval between checks
+	answer time.Duration // how long a check waits for the server's answer (answerWait)
 
 	// turn is one slot, held by whoever uses the connection: a check, or Unlock —
 	// which waits for it no longer than its context allows.
@@ -356,10 +384,10 @@ func (l *advisoryLock) Cause() error {
 }
 
 // watch starts the checks: a ping of the connection every check interval until
-// Unlock or a failure (each ping may take one interval, so a silent network's loss
-// is reported at most two intervals after the last ping that succeeded: before an
-// idle_session_timeout of at least three intervals frees the lock), and between
-// statements the socket watch, which finds a session the server ended at once.
+// Unlock or a failure (each ping waits answerWait for its answer, so a silent
+// network's loss is reported an interval before idle_session_timeout frees the lock),
+// and between statements the socket watch, which finds a session the server ended at
+// once.
 func (l *advisoryLock) watch() {
 	l.turn <- struct{}{}
 	l.timer = time.AfterFunc(l.check, l.ping)
@@ -390,7 +418,7 @@ func (l *advisoryLock) sessionEnding() {
 // whether the session is still there. The caller holds the turn.
 func (l *advisoryLock) checkLocked(what string) bool {
 	l.sock.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), l.check)
+	ctx, cancel := context.WithTimeout(context.Background(), l.answer)
 	err := l.conn.Ping(ctx)
 	timedOut := ctx.Err() != nil
 	cancel()

@@ -124,7 +124,7 @@ func freeRow(t testing.TB, admin *pgxpool.Pool, key string) {
 const sessionTimeout = 2 * time.Second
 
 // advisoryCheck is the advisory harness's check interval: a cut-off holder learns
-// of its loss within two intervals, far below sessionTimeout.
+// of its loss an interval before sessionTimeout (answerWait).
 const advisoryCheck = 100 * time.Millisecond
 
 // advisoryQuery is the advisory harness's URL query.

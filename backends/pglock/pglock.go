@@ -233,8 +233,10 @@ func New(pool *pgxpool.Pool, opts ...Option) dlock.Locker {
 // watches its connection between its statements and ends (Done, ErrLost) as soon as
 // the server closes it (pg_terminate_backend, a shutdown, the server's process
 // dying), and pings it every check interval (WithCheckInterval) for the losses no
-// socket shows (a cut network): when a ping fails, or none has succeeded for two
-// intervals, the connection is dropped and the lease ends. A client that vanished
+// socket shows (a cut network): when a ping fails, or goes unanswered until an
+// interval before the server may free the lock (idle_session_timeout after the last
+// answered ping; 10 s without idle_session_timeout), the connection is dropped and
+// the lease ends. A slow answer on a busy machine is not taken for a loss. A client that vanished
 // keeps its locks until the server ends its session: at once for a closed
 // connection, after idle_session_timeout (set it on the pool's connections; the
 // URL's session_timeout does) for a silent one, else when TCP keepalives give up
