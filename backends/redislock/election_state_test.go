@@ -1,7 +1,11 @@
 package redislock_test
 
 import (
+	"bufio"
 	"context"
+	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,16 +50,25 @@ func TestElectionStateExpires(t *testing.T) {
 			}
 		}
 	}
-	obsCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	observer := e.Observe(obsCtx) // left unread while the terms below come and go
-
-	first, err := e.TryCampaign(ctx, "first", dlock.WithTTL(ttl))
+	// The first term is released, not left to expire: its TTL only has to outlast
+	// the wait for the observer below, however slow the machine.
+	const firstTTL = 20 * time.Second
+	first, err := e.TryCampaign(ctx, "first", dlock.WithTTL(firstTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := pttl(redislock.ElectionLogKey(name)); d <= 0 || d > ttl {
-		t.Errorf("the log's PTTL is %v, want (0, %v]: it must expire with the term", d, ttl)
+	// The observer reads the election in a goroutine of its own, some time after
+	// Observe returns: it must have read the first term (and be stuck handing it
+	// over, its channel unread) before that term ends, or it never sees that term.
+	// MONITOR shows its read: the MGET of the election's keys, which nothing else
+	// here sends.
+	sawRead := monitorFor(t, r.Addr(), `"mget"`, name)
+	obsCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	observer := e.Observe(obsCtx) // left unread while the terms below come and go
+	sawRead()
+	if d := pttl(redislock.ElectionLogKey(name)); d <= 0 || d > firstTTL {
+		t.Errorf("the log's PTTL is %v, want (0, %v]: it must expire with the term", d, firstTTL)
 	}
 	if d := pttl(redislock.ElectionTermKey(name)); d != -1 {
 		t.Errorf("the term counter's PTTL is %v, want -1 (kept)", d)
@@ -96,5 +109,41 @@ func TestElectionStateExpires(t *testing.T) {
 	defer third.Release(ctx)
 	if third.Token() <= second.Token() {
 		t.Errorf("after the election's state expired, a term got token %d, want above %d", third.Token(), second.Token())
+	}
+}
+
+// monitorFor watches the commands that the Redis server at addr receives (MONITOR,
+// on a connection of its own, already listening when it returns). The function it
+// returns waits until a command line containing each of want has come (MONITOR
+// quotes what is not printable: match plain parts), then stops watching.
+func monitorFor(t *testing.T, addr string, want ...string) func() {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(conn)
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := rd.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("MONITOR: %q, %v", line, err)
+	}
+	return func() {
+		t.Helper()
+		defer conn.Close()
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("MONITOR: no command with %q came: %v", want, err)
+			}
+			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
+				return
+			}
+		}
 	}
 }

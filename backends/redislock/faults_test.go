@@ -308,10 +308,55 @@ func TestFaults(t *testing.T) {
 
 // immortalWaiters is the fair mode with a deliberate flaw: every waiter the suite
 // sees queued gets a deadline that never comes (as if the store did not drop waiters
-// that stopped renewing their place), so a crashed waiter blocks the queue.
+// that stopped renewing their place), so a crashed waiter blocks the queue. A live
+// waiter's renewal writes a finite deadline again, and the suite kills the crashing
+// waiter right after it last looked at the queue: a renewal in between would leave
+// the killed waiter a deadline that passes, and the flaw would not show. So the
+// deadlines are set again every few milliseconds until the test ends: the last
+// renewal before the kill is overwritten long before its waiter TTL (seconds)
+// could pass.
 type immortalWaiters struct {
 	h     *faultHarness
 	admin *redis.Client
+	keys  *immortalKeys
+}
+
+// immortalKeys: the keys whose waiters are kept for ever, and the goroutine that
+// keeps them so.
+type immortalKeys struct {
+	mu   sync.Mutex
+	keys map[string]bool
+}
+
+func newImmortalWaiters(t *testing.T, h *faultHarness) immortalWaiters {
+	w := immortalWaiters{h, client(t, h.addr()), &immortalKeys{keys: map[string]bool{}}}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { stop(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			w.keys.mu.Lock()
+			keys := make([]string, 0, len(w.keys.keys))
+			for k := range w.keys.keys {
+				keys = append(keys, k)
+			}
+			w.keys.mu.Unlock()
+			for _, k := range keys {
+				// A failure (a scenario restarting the server) is left to show as
+				// the flaw's absence: WaiterCrash would then hold, and the test fail.
+				_ = w.immortalize(ctx, k)
+			}
+		}
+	}()
+	return w
 }
 
 func (w immortalWaiters) Name() string                        { return "redis (fifo, immortal waiters)" }
@@ -324,18 +369,28 @@ func (w immortalWaiters) Capabilities() spec.Capabilities {
 	return c
 }
 
-func (w immortalWaiters) Waiting(t testing.TB, key string) int {
-	ctx := ctxFor(t, 10*time.Second)
+// immortalize sets the deadline of every waiter queued on key to +inf.
+func (w immortalWaiters) immortalize(ctx context.Context, key string) error {
 	dl := redislock.DeadlineKey(key)
 	waiters, err := w.admin.ZRange(ctx, dl, 0, -1).Result()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	for _, m := range waiters {
 		if err := w.admin.ZAdd(ctx, dl, redis.Z{Score: math.Inf(1), Member: m}).Err(); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
+}
+
+func (w immortalWaiters) Waiting(t testing.TB, key string) int {
+	if err := w.immortalize(ctxFor(t, 10*time.Second), key); err != nil {
+		t.Fatal(err)
+	}
+	w.keys.mu.Lock()
+	w.keys.keys[key] = true
+	w.keys.mu.Unlock()
 	return waiting(t, w.admin, key)
 }
 
@@ -345,5 +400,5 @@ func (w immortalWaiters) Waiting(t testing.TB, key string) int {
 func TestWaiterCrashCatchesImmortalWaiters(t *testing.T) {
 	t.Setenv("DLOCK_FAULT_TRIALS", "1")
 	h := newFaultHarness(t, faultConfig{fifo: true})
-	conformance.RunFaults(t, immortalWaiters{h, client(t, h.addr())})
+	conformance.RunFaults(t, newImmortalWaiters(t, h))
 }
