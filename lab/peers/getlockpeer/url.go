@@ -66,15 +66,20 @@ func open(ctx context.Context, u *url.URL) (dlock.Locker, error) {
 // connection stays open for the server, which keeps its lock for wait_timeout (8
 // hours by default): no trial sees a second grant, so HolderPause and Partition are
 // not applicable (the lock is unavailable instead). A cancelled Acquire closes
-// its connection while GET_LOCK waits on the server, which may still grant the
-// abandoned wait the lock when it is released and hold it for a few milliseconds
-// (Cancellation: another client's TryAcquire right after the release fails).
+// its connection while GET_LOCK waits on the server, which notices only when its
+// wait's one-second slice ends: released before that, the lock goes to the
+// abandoned wait, whose thread then finds the connection gone and frees it — a
+// window of microseconds in which another client's TryAcquire fails (Cancellation,
+// in some runs: whether the TryAcquire lands in that window is a race between two
+// server threads and the client; the campaign saw it, a CI run under -race did not
+// in 400 tries).
 func declare(u *url.URL) (spec.Capabilities, error) {
 	if _, err := parseURL(u); err != nil {
 		return spec.Capabilities{}, err
 	}
-	return spec.Capabilities{FIFO: true, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.Cancellation, spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
-		HarnessOnly: []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
+	return spec.Capabilities{FIFO: true, Weaknesses: []spec.Property{spec.DeadlockFreedom, spec.KeyIsolation, spec.InputValidation, spec.DoneAndErr},
+		HarnessOnly:   []spec.Property{spec.DeadlockFreedom, spec.DoneAndErr},
+		SometimesWeak: []spec.Property{spec.Cancellation},
 		// Nothing tells a holder whose connection hangs (StoreHang: Done stays open).
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.StoreHang: spec.Violated},
 		// The server keeps the lock of a client whose connection is open but silent
