@@ -1,8 +1,9 @@
 // Package codehash binds the report's cells to the code they tested: the commit a
 // run was made on, and a hash of the source of the packages one test package
 // exercised — the test package itself (its tests included) and every package of
-// dlock's two modules it imports, directly or not. A cell whose hash differs from the
-// tree's now is stale: the code it vouches for has changed since.
+// dlock's two modules it imports, directly or not (without their tests, which its
+// test binary does not contain). A cell whose hash differs from the tree's now is
+// stale: the code it vouches for has changed since.
 package codehash
 
 import (
@@ -35,8 +36,10 @@ type pkg struct {
 // Of returns the hash of the source that the test package pkgPath (e.g.
 // "./backends/redislock"), in the module rooted at dir, exercises: the files of
 // every dlock package in `go list -deps -test` of it (sorted by import path, each
-// file's name and content), as hex. Changing any of them — a backend's algorithm,
-// the lease core, the conformance suite, a Lua script — changes the hash.
+// file's name and content), as hex — the test files of pkgPath itself, not those
+// of the packages it imports. Changing any of them — a backend's algorithm, the
+// lease core, the conformance suite, a Lua script, the tested package's harness —
+// changes the hash; another package's tests do not.
 func Of(dir, pkgPath string) (string, error) {
 	cmd := exec.Command("go", "list", "-deps", "-test", "-json", pkgPath)
 	cmd.Dir = dir
@@ -47,6 +50,7 @@ func Of(dir, pkgPath string) (string, error) {
 		return "", fmt.Errorf("codehash: go list %s: %v: %s", pkgPath, err, strings.TrimSpace(stderr.String()))
 	}
 	seen := map[string]pkg{}
+	tested := "" // the package whose test binary this is: "X" of "X.test"
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p pkg
@@ -59,13 +63,20 @@ func Of(dir, pkgPath string) (string, error) {
 		if i := strings.Index(path, " ["); i >= 0 { // "p [p.test]": the package as its test builds it
 			path = path[:i]
 		}
-		if !strings.HasPrefix(path, modulePrefix) || strings.HasSuffix(path, ".test") {
+		if !strings.HasPrefix(path, modulePrefix) {
+			continue
+		}
+		if x, ok := strings.CutSuffix(path, ".test"); ok {
+			tested = x
 			continue
 		}
 		prev, ok := seen[path]
 		if !ok || len(p.TestGoFiles)+len(p.XTestGoFiles) > len(prev.TestGoFiles)+len(prev.XTestGoFiles) {
 			seen[path] = p
 		}
+	}
+	if tested == "" {
+		return "", fmt.Errorf("codehash: go list %s: no test binary listed", pkgPath)
 	}
 	paths := make([]string, 0, len(seen))
 	for p := range seen {
@@ -75,7 +86,10 @@ func Of(dir, pkgPath string) (string, error) {
 	h := sha256.New()
 	for _, path := range paths {
 		p := seen[path]
-		files := slices.Concat(p.GoFiles, p.CgoFiles, p.TestGoFiles, p.XTestGoFiles, p.EmbedFiles, p.TestEmbedFiles, p.XTestEmbedFiles, p.OtherFiles)
+		files := slices.Concat(p.GoFiles, p.CgoFiles, p.EmbedFiles, p.OtherFiles)
+		if path == tested {
+			files = slices.Concat(files, p.TestGoFiles, p.XTestGoFiles, p.TestEmbedFiles, p.XTestEmbedFiles)
+		}
 		slices.Sort(files)
 		files = slices.Compact(files)
 		for _, f := range files {

@@ -26,19 +26,33 @@ func TestOf(t *testing.T) {
 	if err := os.CopyFS(tmp, os.DirFS(root)); err != nil {
 		t.Fatal(err)
 	}
-	f := filepath.Join(tmp, "retry.go")
-	b, err := os.ReadFile(f)
-	if err != nil {
-		t.Fatal(err)
+	change := func(name string) string {
+		t.Helper()
+		f := filepath.Join(tmp, name)
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, append(b, []byte("\n// changed\n")...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h, err := Of(tmp, "./backends/memlock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
-	if err := os.WriteFile(f, append(b, []byte("\n// changed\n")...), 0o644); err != nil {
-		t.Fatal(err)
+	// Another package's tests are not in memlock's test binary: no change.
+	if h := change("lease_test.go"); h != h1 {
+		t.Fatalf("a changed test of the root package changed the hash of memlock's test: %s, was %s", h, h1)
 	}
-	h3, err := Of(tmp, "./backends/memlock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// memlock's own tests are.
+	h3 := change("backends/memlock/behaviour_test.go")
 	if h3 == h1 {
-		t.Fatalf("a changed root package left the hash of memlock's test unchanged: %s", h3)
+		t.Fatalf("a changed memlock test left the hash of memlock's test unchanged: %s", h3)
+	}
+	// So is the code of the packages it imports.
+	if h4 := change("retry.go"); h4 == h3 {
+		t.Fatalf("a changed root package left the hash of memlock's test unchanged: %s", h4)
 	}
 }
