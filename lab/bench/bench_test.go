@@ -121,7 +121,7 @@ func TestRunSmoke(t *testing.T) {
 	// would time out instead). A TTL lock, on the other hand, stays taken until its
 	// TTL: a waiter that got it sooner would mean the holder never had it.
 	// PostgreSQL's advisory locks, too, end with the session the server sees close.
-	for _, n := range []string{"mysql GET_LOCK", "postgres+advisory"} {
+	for _, n := range []string{"mysql GET_LOCK", "postgres+advisory", "pg_advisory_lock"} {
 		if r := res.Row(n); r != nil && r.Crash != nil && r.Crash.Max > tiny.CrashTimeout/2 {
 			t.Errorf("%s freed %v after the holder's connection was cut; want well under %v", n, r.Crash.Max, tiny.CrashTimeout/2)
 		}

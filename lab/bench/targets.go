@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -21,6 +22,7 @@ import (
 	"github.com/dlock-go/dlock/lab/peers/bsmpeer"
 	"github.com/dlock-go/dlock/lab/peers/etcdpeer"
 	"github.com/dlock-go/dlock/lab/peers/getlockpeer"
+	"github.com/dlock-go/dlock/lab/peers/pgadvisorypeer"
 	"github.com/dlock-go/dlock/lab/peers/redsyncpeer"
 	"github.com/dlock-go/dlock/lab/peers/zkpeer"
 
@@ -274,6 +276,17 @@ func Targets() []Target {
 			CrashNote: func(d time.Duration) string { return fmt.Sprintf("connection closed (else session timeout %v)", d) },
 			Open: func(ctx context.Context, ep Endpoints, timeout time.Duration) (dlock.Locker, error) {
 				return open(ep.pgURL("postgres+advisory", fmt.Sprintf("session_timeout=%v", timeout)))(ctx)
+			}},
+		// Session advisory locks as users write them (lab/peers/pgadvisorypeer): a
+		// pool per client, a connection of it per lease, the server's own wait queue.
+		{Name: "pg_advisory_lock", Kind: Peer, Store: Postgres, Baseline: rawPgAdvisory,
+			CrashNote: func(time.Duration) string { return "connection closed" },
+			Open: func(ctx context.Context, ep Endpoints, _ time.Duration) (dlock.Locker, error) {
+				pool, err := pgxpool.New(ctx, ep.Postgres.String())
+				if err != nil {
+					return nil, err
+				}
+				return closing(pgadvisorypeer.New(pool), func() error { pool.Close(); return nil }), nil
 			}},
 	}
 }
