@@ -180,7 +180,7 @@ var targets = []target{
 	{"peer+etcd", "lab", "./peers/etcdpeer", "peers", []string{"etcd-mutex"}, 17},
 	{"peer+zk", "lab", "./peers/zkpeer", "peers", []string{"zk.Lock"}, 9},
 	{"peer+getlock", "lab", "./peers/getlockpeer", "peers", []string{"mysql GET_LOCK"}, 2},
-	{"peer+pgadvisory", "lab", "./peers/pgadvisorypeer", "peers", nil, 12},
+	{"peer+pgadvisory", "lab", "./peers/pgadvisorypeer", "peers", []string{"pg_advisory_lock"}, 12},
 }
 
 // Scenario names of --scenarios besides the fault scenarios.

@@ -83,10 +83,42 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 	out.Cells = append(out.Cells, rerun.Cells...)
 	out.Failures = slices.DeleteFunc(slices.Clone(base.Failures), replaced)
 	out.Failures = append(out.Failures, rerun.Failures...)
-	out.Notes = append(slices.Clone(base.Notes), rerun.Notes...)
-	out.Notes = append(out.Notes, fmt.Sprintf("%s: from a second run (%s, %s, commit %s): %s",
-		strings.Join(what, " and "), rerun.Date, rerun.Command, strings.Join(commits, ", "), because))
+	out.Notes = slices.DeleteFunc(slices.Clone(base.Notes), func(n string) bool { return superseded(n, pkgs, rerun.Speed != nil) })
+	out.Notes = append(out.Notes, rerun.Notes...)
+	out.Notes = append(out.Notes, fmt.Sprintf("%s%s (%s, %s, commit %s): %s",
+		strings.Join(what, " and "), fromRerun, rerun.Date, rerun.Command, strings.Join(commits, ", "), because))
 	return &out, pkgs, nil
+}
+
+// fromRerun follows what a replacement note says came from a second run.
+const fromRerun = ": from a second run"
+
+// superseded tells whether note, written by an earlier replacement, speaks only of
+// what this one replaces (the cells of pkgs, the speed table if speed): its run
+// is no longer in the report, and the new note takes its place.
+func superseded(note string, pkgs []string, speed bool) bool {
+	what, _, ok := strings.Cut(note, fromRerun+" (")
+	if !ok {
+		return false
+	}
+	for _, part := range strings.Split(what, " and ") {
+		if strings.HasPrefix(part, "the speed table (") {
+			if !speed {
+				return false
+			}
+			continue
+		}
+		list, ok := strings.CutPrefix(part, "the cells of ")
+		if !ok {
+			return false
+		}
+		for _, p := range strings.Split(list, ", ") {
+			if !slices.Contains(pkgs, p) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // copyRun copies the files a run keeps beside its report — its cells/ and logs/

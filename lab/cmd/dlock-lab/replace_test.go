@@ -50,6 +50,16 @@ func TestReplacePackages(t *testing.T) {
 	if n := got.Notes[len(got.Notes)-1]; !strings.Contains(n, "backends/a") || !strings.Contains(n, "c-a") || !strings.Contains(n, "out of connections") {
 		t.Errorf("note: %q", n)
 	}
+	// A second replacement of the same packages drops the first one's note (its run
+	// is no longer in the report) and keeps the notes about other packages.
+	got.Notes = append([]string{"the cells of backends/b: from a second run (D0, C0, commit c0): y", "an unrelated note"}, got.Notes...)
+	twice, _, err := replacePackages(got, again, "a fix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(twice.Notes) != 3 || twice.Notes[0] != got.Notes[0] || twice.Notes[1] != got.Notes[1] || !strings.HasSuffix(twice.Notes[2], ": a fix") {
+		t.Errorf("notes after a second replacement: %q", twice.Notes)
+	}
 	if len(base.Cells) != 4 || len(base.Failures) != 3 {
 		t.Error("the first run's report was changed in place")
 	}
@@ -125,6 +135,16 @@ func TestReplaceSpeed(t *testing.T) {
 	}
 	if n := got.Notes[len(got.Notes)-1]; !strings.HasPrefix(n, "the speed table (lab/bench): from a second run") || !strings.Contains(n, "c2") {
 		t.Errorf("note: %q", n)
+	}
+	// The benchmarks again: the note of the first replacement goes, a note about
+	// cells stays.
+	got.Notes = append([]string{"the cells of backends/a: from a second run (D, C, commit c): z"}, got.Notes...)
+	twice, _, err := replacePackages(got, again, "quiet this time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(twice.Notes) != 2 || !strings.HasPrefix(twice.Notes[0], "the cells of backends/a") || !strings.HasSuffix(twice.Notes[1], "quiet this time") {
+		t.Errorf("notes after a second replacement of the speed table: %q", twice.Notes)
 	}
 	again.Speed.Code = nil
 	if _, _, err := replacePackages(base, again, "x"); err == nil {
