@@ -158,8 +158,8 @@ func (d *advisoryDriver) TryLockSemaphore(ctx context.Context, key string, limit
 }
 
 // take takes the advisory lock of name (a key, or a primitive's name) on a
-// connection of its own: one attempt, then, with wait, a wait in the server's
-// queue.
+// connection of its own: without wait one attempt (pg_try_advisory_lock), with
+// wait the server's queue (pg_advisory_lock, which grants a free lock at once).
 func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait bool) (lk driver.Lock, err error) {
 	check, answer, err := d.ready(ctx)
 	if err != nil {
@@ -186,27 +186,33 @@ func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait boo
 		if conn, err = d.pool.Acquire(ctx); err != nil {
 			return nil, waitErr(ctx, fmt.Errorf("connect: %w", err))
 		}
-		if id, err = d.register(ctx, conn, name); err == nil {
-			if err = conn.QueryRow(ctx, try, id).Scan(&got); err != nil {
-				err = fmt.Errorf("pg_try_advisory_lock: %w", err)
+		id, err = d.register(ctx, conn, name)
+		if err == nil && wait {
+			// One statement, granted at once when the lock is free: a try first
+			// would cost every contended hand-off a round trip more than the
+			// server's queue needs.
+			if err = d.wait(ctx, conn, lock, id, shared); err == nil {
+				got = true
+				break
 			}
-		}
-		if err == nil {
-			break
+			// wait disposed of the connection.
+		} else {
+			if err == nil {
+				if err = conn.QueryRow(ctx, try, id).Scan(&got); err != nil {
+					err = fmt.Errorf("pg_try_advisory_lock: %w", err)
+				}
+			}
+			if err == nil {
+				break
+			}
+			discard(conn)
 		}
 		// Cut off by ctx, the statement may have run: the session's end frees what it
 		// took. A connection that died while idle in the pool (a server restart):
 		// once more on another (what a dead session held is gone with it).
-		discard(conn)
 		if attempt == 2 || !isConnLoss(ctx, err) {
 			return nil, waitErr(ctx, err)
 		}
-	}
-	if !got && wait {
-		if err := d.wait(ctx, conn, lock, id, shared); err != nil {
-			return nil, err // wait disposed of the connection
-		}
-		got = true
 	}
 	if !got {
 		conn.Release()
