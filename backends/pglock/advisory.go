@@ -236,32 +236,33 @@ const cancelTimeout = time.Second
 func (d *advisoryDriver) wait(ctx context.Context, conn *pgxpool.Conn, lock string, id int64, shared bool) error {
 	qctx, qcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer qcancel()
-	answer := make(chan error, 1)
-	go func() {
-		var void string
-		answer <- conn.QueryRow(qctx, lock, id).Scan(&void)
-	}()
-	var err error
-	select {
-	case err = <-answer:
+	pg := conn.Conn().PgConn()
+	pid := pg.PID()
+	// The statement runs on the caller's goroutine (an uncontended Acquire pays for
+	// nothing else); when ctx ends meanwhile, the cancel request is sent from
+	// AfterFunc's, and without an answer cancelTimeout later pgx is told to close
+	// the connection.
+	var cerr error
+	var late *time.Timer
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		cctx, ccancel := context.WithTimeout(context.Background(), cancelTimeout)
+		cerr = pg.CancelRequest(cctx)
+		ccancel()
+		late = time.AfterFunc(cancelTimeout, qcancel)
+	})
+	var void string
+	err := conn.QueryRow(qctx, lock, id).Scan(&void)
+	if stop() { // ctx did not end while the statement ran
 		if err == nil {
 			return nil
 		}
 		discard(conn)
 		return waitErr(ctx, fmt.Errorf("pg_advisory_lock: %w", err))
-	case <-ctx.Done():
 	}
-	pg := conn.Conn().PgConn()
-	pid := pg.PID()
-	cctx, ccancel := context.WithTimeout(context.Background(), cancelTimeout)
-	cerr := pg.CancelRequest(cctx)
-	ccancel()
-	select {
-	case err = <-answer:
-	case <-time.After(cancelTimeout):
-		qcancel() // no answer: pgx closes the connection
-		err = <-answer
-	}
+	<-cancelled
+	late.Stop()
 	if err == nil || isQueryCanceled(err) {
 		// Granted before the cancel arrived, or cancelled: either way unlock (false if
 		// not held). A cancel request that arrives late cancels one statement: ask
