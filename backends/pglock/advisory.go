@@ -158,8 +158,8 @@ func (d *advisoryDriver) TryLockSemaphore(ctx context.Context, key string, limit
 }
 
 // take takes the advisory lock of name (a key, or a primitive's name) on a
-// connection of its own: one attempt, then, with wait, a wait in the server's
-// queue.
+// connection of its own: without wait one attempt (pg_try_advisory_lock), with
+// wait the server's queue (pg_advisory_lock, which grants a free lock at once).
 func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait bool) (lk driver.Lock, err error) {
 	check, answer, err := d.ready(ctx)
 	if err != nil {
@@ -186,27 +186,33 @@ func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait boo
 		if conn, err = d.pool.Acquire(ctx); err != nil {
 			return nil, waitErr(ctx, fmt.Errorf("connect: %w", err))
 		}
-		if id, err = d.register(ctx, conn, name); err == nil {
-			if err = conn.QueryRow(ctx, try, id).Scan(&got); err != nil {
-				err = fmt.Errorf("pg_try_advisory_lock: %w", err)
+		id, err = d.register(ctx, conn, name)
+		if err == nil && wait {
+			// One statement, granted at once when the lock is free: a try first
+			// would cost every contended hand-off a round trip more than the
+			// server's queue needs.
+			if err = d.wait(ctx, conn, lock, id, shared); err == nil {
+				got = true
+				break
 			}
-		}
-		if err == nil {
-			break
+			// wait disposed of the connection.
+		} else {
+			if err == nil {
+				if err = conn.QueryRow(ctx, try, id).Scan(&got); err != nil {
+					err = fmt.Errorf("pg_try_advisory_lock: %w", err)
+				}
+			}
+			if err == nil {
+				break
+			}
+			discard(conn)
 		}
 		// Cut off by ctx, the statement may have run: the session's end frees what it
 		// took. A connection that died while idle in the pool (a server restart):
 		// once more on another (what a dead session held is gone with it).
-		discard(conn)
 		if attempt == 2 || !isConnLoss(ctx, err) {
 			return nil, waitErr(ctx, err)
 		}
-	}
-	if !got && wait {
-		if err := d.wait(ctx, conn, lock, id, shared); err != nil {
-			return nil, err // wait disposed of the connection
-		}
-		got = true
 	}
 	if !got {
 		conn.Release()
@@ -230,32 +236,33 @@ const cancelTimeout = time.Second
 func (d *advisoryDriver) wait(ctx context.Context, conn *pgxpool.Conn, lock string, id int64, shared bool) error {
 	qctx, qcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer qcancel()
-	answer := make(chan error, 1)
-	go func() {
-		var void string
-		answer <- conn.QueryRow(qctx, lock, id).Scan(&void)
-	}()
-	var err error
-	select {
-	case err = <-answer:
+	pg := conn.Conn().PgConn()
+	pid := pg.PID()
+	// The statement runs on the caller's goroutine (an uncontended Acquire pays for
+	// nothing else); when ctx ends meanwhile, the cancel request is sent from
+	// AfterFunc's, and without an answer cancelTimeout later pgx is told to close
+	// the connection.
+	var cerr error
+	var late *time.Timer
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		cctx, ccancel := context.WithTimeout(context.Background(), cancelTimeout)
+		cerr = pg.CancelRequest(cctx)
+		ccancel()
+		late = time.AfterFunc(cancelTimeout, qcancel)
+	})
+	var void string
+	err := conn.QueryRow(qctx, lock, id).Scan(&void)
+	if stop() { // ctx did not end while the statement ran
 		if err == nil {
 			return nil
 		}
 		discard(conn)
 		return waitErr(ctx, fmt.Errorf("pg_advisory_lock: %w", err))
-	case <-ctx.Done():
 	}
-	pg := conn.Conn().PgConn()
-	pid := pg.PID()
-	cctx, ccancel := context.WithTimeout(context.Background(), cancelTimeout)
-	cerr := pg.CancelRequest(cctx)
-	ccancel()
-	select {
-	case err = <-answer:
-	case <-time.After(cancelTimeout):
-		qcancel() // no answer: pgx closes the connection
-		err = <-answer
-	}
+	<-cancelled
+	late.Stop()
 	if err == nil || isQueryCanceled(err) {
 		// Granted before the cancel arrived, or cancelled: either way unlock (false if
 		// not held). A cancel request that arrives late cancels one statement: ask
