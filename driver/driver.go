@@ -193,6 +193,29 @@ type Info struct {
 	MinTTL time.Duration
 }
 
+// SessionAnswerWait is how long a session lock's check — a ping, every interval, of
+// the connection that holds the lock — waits for its answer before the lease is given
+// up as unreachable, on a server that ends a silent session idle after the last
+// request it heard (idle 0: never). That is at the earliest the start of the last
+// check that was answered, and the next check starts an interval later: waiting
+// idle/2 − interval gives the lease up at least half the session timeout before the
+// server may free the lock — the holder's time to stop what the lock protects, and
+// room for a late timer on a loaded machine — while a busy server's or link's late
+// answer, up to that wait, is no loss. The wait is at least an interval (with the
+// interval at most a third of idle, the lease then ends an interval before the
+// server may free the lock) and at most MaxSessionAnswerWait, where idle allows more
+// or is 0: a dead link is reported within seconds, not hours.
+func SessionAnswerWait(interval, idle time.Duration) time.Duration {
+	w := idle/2 - interval
+	if idle <= 0 || w > MaxSessionAnswerWait {
+		w = MaxSessionAnswerWait
+	}
+	return max(interval, w)
+}
+
+// MaxSessionAnswerWait bounds SessionAnswerWait.
+const MaxSessionAnswerWait = 10 * time.Second
+
 // StandardDrift is the clock drift allowed for a TTL when Info.Drift is nil: 1% of the
 // TTL plus 2ms, as the Redlock description does. (Named for what it computes: Default*
 // names in dlock are values, never functions.)

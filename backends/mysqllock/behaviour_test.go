@@ -705,6 +705,24 @@ func TestGetLockReleaseHonoursCtx(t *testing.T) {
 	locktest.ReleaseHonoursCtx(t, tryAcquire(t, l, "release-ctx/getlock"), px, check)
 }
 
+// TestGetLockSlowAnswerIsNotALoss: a check whose ping is answered late (a link, or a
+// machine, slower than the check interval) does not end the lease while the server
+// keeps the session: the answer is awaited up to dldriver.SessionAnswerWait, well before wait_timeout
+// could free the lock. The link holds a check's ping for five intervals; the lease
+// is still held afterwards and releases normally. (Waiting one interval, as the
+// checks once did, lost it.)
+func TestGetLockSlowAnswerIsNotALoss(t *testing.T) {
+	const check = 100 * time.Millisecond
+	dsn := servertest.MySQLDSN(t)
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := servertest.Proxy(t, cfg.Addr)
+	l := servertest.Open(t, dsnURL(strings.Replace(dsn, cfg.Addr, px.Addr(), 1), "mysql+getlock", "wait_timeout=2&check_interval="+check.String()))
+	locktest.SlowAnswerIsNotALoss(t, tryAcquire(t, l, "slow/getlock"), px, check)
+}
+
 // TestCloseWaitsForWaiters: a waiter whose Locker closes leaves the queue (the fair
 // mode's table, GET_LOCK's wait on the server) before the client closes, and a grant
 // that lands during Close is released (closetest).

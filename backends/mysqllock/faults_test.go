@@ -27,8 +27,8 @@ type faultHarness struct {
 }
 
 // faultCheck is the GET_LOCK check interval in the fault scenarios: a cut-off holder
-// learns of its loss within two intervals, far below the sessions' wait_timeout
-// (sessionTimeout), after which the server frees its lock. (A restart it learns of
+// learns of its loss within half the sessions' wait_timeout (sessionTimeout), after
+// which the server frees its lock. (A restart it learns of
 // as the server's process ends, whatever the interval: "getlock-defaults" shows it
 // with the default 1s.)
 const faultCheck = 100 * time.Millisecond

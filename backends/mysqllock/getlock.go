@@ -79,10 +79,12 @@ func WithCheckInterval(d time.Duration) Option {
 // restarted server can grant the lock again (Err: dlock.LossError, CauseSession).
 // For the second kind it pings its connection every check interval
 // (WithCheckInterval): when a ping fails the connection is dropped and Done closes
-// with ErrLost (CauseSession); when a ping has not answered within an interval — two
-// intervals after the last one that succeeded, at most — Done closes with ErrLost
-// (CauseUnreachable) before wait_timeout, since the interval is cut to a third of
-// it, and the connection is kept open until the LossError's HeldUntil: a check
+// with ErrLost (CauseSession); when a ping has not answered within half of
+// wait_timeout less an interval (at least one interval, at most ten seconds:
+// dldriver.SessionAnswerWait) Done closes with ErrLost (CauseUnreachable) an interval
+// or more before wait_timeout (the interval is cut to a third of it), and the
+// connection is kept open until the
+// LossError's HeldUntil: a check
 // interval later, at most wait_timeout after the last statement that succeeded (or
 // until the Locker closes). Closing it sooner would free the lock, on a server that
 // hears the close, while the holder may still be stopping what the lock protects.
@@ -364,12 +366,11 @@ func (l *getLock) take() { l.turn <- struct{}{} }
 func (l *getLock) give() { <-l.turn }
 
 // watch starts the checks: a ping of the connection every check interval until
-// Unlock or a failure. A ping that does not answer within one interval gives the
-// lease up, so the loss of a silent network is reported at most two intervals after
-// the start of the last ping that succeeded: before the server's wait_timeout (at
-// least three intervals) can free the lock. Between statements the connection's
-// socket is watched too (sessionwatch.go): a session the server ends is found at
-// once, not at the next check.
+// Unlock or a failure. A ping that does not answer within
+// dldriver.SessionAnswerWait gives the lease up, at least an interval (and up to
+// half of wait_timeout) before the server may end the silent session and free the lock. Between statements the connection's socket is
+// watched too (sessionwatch.go): a session the server ends is found at once, not at
+// the next check.
 func (l *getLock) watch() {
 	l.take()
 	l.timer = time.AfterFunc(l.check, l.ping)
@@ -402,27 +403,29 @@ func (l *getLock) sessionEnding() {
 // checkLocked pings the connection and reports whether the session is still there;
 // the caller holds the turn. A ping that fails means the server ended the session or
 // the connection broke (what says how): the lock may be free already, the lease is
-// lost (dldriver.LossSession) and the connection dropped. A ping that has not answered
-// within the check interval means nothing yet: the server keeps the lock while the
-// connection stays open, up to wait_timeout of silence. The lease is given up then
-// (dldriver.LossSilent), but the connection is kept open until HeldUntil, a check
-// interval later (at most wait_timeout after the last statement that succeeded), so
-// that the lock is not freed — by this client closing its connection — while the
-// holder is still being stopped — unless the Locker closes first. Without the raw
-// socket (sessionwatch.go) a ping cannot be left pending: it ends with its context,
-// which closes the connection, and the lease is lost at once.
+// lost (dldriver.LossSession) and the connection dropped. A ping that has not
+// answered yet means nothing: the server keeps the lock while the connection stays
+// open, up to wait_timeout of silence, and a busy machine or link answers late. Only
+// a ping unanswered after dldriver.SessionAnswerWait gives the lease up (dldriver.LossSilent), and
+// the connection is kept open until HeldUntil, a check interval later (at most
+// wait_timeout after the last statement that succeeded), so that the lock is not
+// freed — by this client closing its connection — while the holder is still being
+// stopped — unless the Locker closes first. Without the raw socket (sessionwatch.go)
+// a ping cannot be left pending: it ends with its context, which closes the
+// connection, and the lease is lost at once.
 func (l *getLock) checkLocked(what string) bool {
 	l.pauseLocked()
 	start := time.Now()
+	wait := dldriver.SessionAnswerWait(l.check, l.idle)
 	if l.sock == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), l.check)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		err := l.conn.PingContext(ctx)
 		cancel()
 		return l.answeredLocked(err, start, what)
 	}
 	res := make(chan error, 1)
 	go func() { res <- l.conn.PingContext(context.Background()) }()
-	t := time.NewTimer(l.check)
+	t := time.NewTimer(wait)
 	select {
 	case err := <-res:
 		t.Stop()
@@ -435,7 +438,7 @@ func (l *getLock) checkLocked(what string) bool {
 			heldUntil = until
 		}
 	}
-	l.loseLocked(dldriver.LossSilent, fmt.Errorf("the connection holding GET_LOCK %q did not answer a ping within %v", l.name, l.check), heldUntil)
+	l.loseLocked(dldriver.LossSilent, fmt.Errorf("the connection holding GET_LOCK %q did not answer a ping within %v", l.name, wait), heldUntil)
 	l.d.linger(heldUntil)  // the connection stays open, the lock held, until then (or Close)
 	_ = l.sock.CloseConn() // the pending ping returns; a server that hears it frees the lock
 	<-res

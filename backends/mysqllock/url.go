@@ -142,9 +142,9 @@ func parseGetLock(u *url.URL) (*mysql.Config, getLockConfig, time.Duration, erro
 }
 
 // The bounds of mysql+getlock's parameters. wait_timeout is the server's own range
-// (1 to 31536000 seconds, a year). Each check pings the connection within one
-// interval: below 100ms a ping slower than that (a remote server, a busy one) ends
-// a healthy lease; above an hour a silent network's loss goes unnoticed for hours
+// (1 to 31536000 seconds, a year). Each check pings the connection: below 100ms the
+// checks cost the server more than they tell (and a ping gets as little as one
+// interval to answer); above an hour a silent network's loss goes unnoticed for hours
 // (the interval is cut to a third of wait_timeout anyway). max_conns goes up to the
 // server's own ceiling of max_connections (100000).
 const (

@@ -45,7 +45,7 @@ type advisoryDriver struct {
 	migrated bool
 	probe    *poolerInfo   // nil until the first lock
 	check    time.Duration // the check interval, cut to a third of idle_session_timeout
-	answer   time.Duration // how long a check waits for the server's answer (answerWait)
+	answer   time.Duration // how long a check waits for the server's answer (driver.SessionAnswerWait)
 	ids      map[string]int64
 }
 
@@ -101,33 +101,10 @@ func (d *advisoryDriver) ready(ctx context.Context) (every, answer time.Duration
 		if w > 0 && d.check > w/3 {
 			d.check = w / 3
 		}
-		d.answer = answerWait(d.check, w)
+		d.answer = driver.SessionAnswerWait(d.check, w)
 	}
 	return d.check, d.answer, nil
 }
-
-// answerWait is how long a check of a held lock waits for the server's answer, with
-// checks every interval on a server that ends a silent session after idle (0: never).
-// A check that gets no answer in time ends the lease (the client lost touch), so the
-// wait must end before the server may free the lock: the server frees it idle after
-// the last statement it heard, the last check that was answered at the latest; the
-// next check starts an interval later, and gives up an interval before the server
-// may free the lock: idle − 2×interval (at least an interval, as the interval is at
-// most a third of idle). Waiting only an interval, as the checks once did, took a
-// busy machine's slow answer for a loss (TestConformanceTLS/advisory under the full
-// campaign's load). A server that never ends an idle session keeps the lock until its
-// TCP keepalives give up (hours): a slow answer is not a loss, and the check waits
-// noSessionTimeoutWait.
-func answerWait(interval, idle time.Duration) time.Duration {
-	if idle <= 0 {
-		return max(interval, noSessionTimeoutWait)
-	}
-	return max(interval, idle-2*interval)
-}
-
-// noSessionTimeoutWait is how long a check waits for its answer on a server whose
-// idle_session_timeout is 0.
-const noSessionTimeoutWait = 10 * time.Second
 
 func (d *advisoryDriver) TryLock(ctx context.Context, key string, _ time.Duration) (driver.Lock, error) {
 	return d.take(ctx, key, false, false)
@@ -360,7 +337,7 @@ type advisoryLock struct {
 	shared bool
 	name   string
 	check  time.Duration // the interval between checks
-	answer time.Duration // how long a check waits for the server's answer (answerWait)
+	answer time.Duration // how long a check waits for the server's answer (driver.SessionAnswerWait)
 
 	// turn is one slot, held by whoever uses the connection: a check, or Unlock —
 	// which waits for it no longer than its context allows.
@@ -391,8 +368,9 @@ func (l *advisoryLock) Cause() error {
 }
 
 // watch starts the checks: a ping of the connection every check interval until
-// Unlock or a failure (each ping waits answerWait for its answer, so a silent
-// network's loss is reported an interval before idle_session_timeout frees the lock),
+// Unlock or a failure (each ping waits driver.SessionAnswerWait for its answer, so a
+// silent network's loss is reported at least an interval before idle_session_timeout
+// frees the lock),
 // and between statements the socket watch, which finds a session the server ended at
 // once.
 func (l *advisoryLock) watch() {

@@ -124,7 +124,8 @@ func freeRow(t testing.TB, admin *pgxpool.Pool, key string) {
 const sessionTimeout = 2 * time.Second
 
 // advisoryCheck is the advisory harness's check interval: a cut-off holder learns
-// of its loss an interval before sessionTimeout (answerWait).
+// of its loss half of sessionTimeout before the server may free its lock
+// (driver.SessionAnswerWait).
 const advisoryCheck = 100 * time.Millisecond
 
 // advisoryQuery is the advisory harness's URL query.

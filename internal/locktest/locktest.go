@@ -61,6 +61,35 @@ type Staller interface {
 	Restore()
 }
 
+// stallOnCheck stalls link and waits, up to within, until a check's bytes are held
+// on it; it fails t (the link restored) if none comes.
+func stallOnCheck(t *testing.T, link Staller, within time.Duration) {
+	t.Helper()
+	link.Stall()
+	if !link.WaitStalled(within) {
+		link.Restore()
+		t.Fatal("no check reached the stalled link")
+	}
+}
+
+// SlowAnswerIsNotALoss: ls is a lease whose client checks its connection every
+// check, through link, on a server that keeps a silent session far longer than five
+// checks. With the link stalled once a check is on it, for five check intervals (the
+// check's answer is that late), the lease is still held afterwards and releases
+// normally: a late answer is not taken for a loss.
+func SlowAnswerIsNotALoss(t *testing.T, ls dlock.Lease, link Staller, check time.Duration) {
+	t.Helper()
+	stallOnCheck(t, link, 10*check)
+	defer link.Restore()
+	time.Sleep(5 * check) // the fault: the check's answer is this late
+	link.Restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("Release after a late answer: %v (Err %v)", err, ls.Err())
+	}
+}
+
 // ReleaseHonoursCtx: ls is a lease whose client checks its connection every check,
 // through link. With the link stalled once a check is on it, a Release with a 200ms
 // context returns that context's error well within the check interval (it does not
@@ -68,11 +97,8 @@ type Staller interface {
 // delivers again.
 func ReleaseHonoursCtx(t *testing.T, ls dlock.Lease, link Staller, check time.Duration) {
 	t.Helper()
-	link.Stall()
+	stallOnCheck(t, link, 2*check)
 	defer link.Restore()
-	if !link.WaitStalled(2 * check) {
-		t.Fatal("no check reached the stalled link")
-	}
 	const bound = 200 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
