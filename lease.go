@@ -200,12 +200,32 @@ var errRenewalsFailed = errors.New("renewals did not succeed before the validity
 func (ls *lease) watchSession(s driver.Sessioned) {
 	select {
 	case <-s.Lost():
-		ls.mu.Lock()
-		auto := ls.autoRenew
-		ls.mu.Unlock()
-		ls.end(lossOf(s.Cause(), auto))
+		ls.end(ls.sessionLoss(s))
 	case <-ls.done:
 	}
+}
+
+// sessionLoss is the loss a session lock reported.
+func (ls *lease) sessionLoss(s driver.Sessioned) *LossError {
+	ls.mu.Lock()
+	auto := ls.autoRenew
+	ls.mu.Unlock()
+	return lossOf(s.Cause(), auto)
+}
+
+// goneCause is why a lease ended whose Release or Refresh found the lock gone (what
+// says which): the loss its session lock reported, when it did — the report and the
+// call can cross, and the call must not turn a lost connection into a refusal —
+// else CauseRefused.
+func (ls *lease) goneCause(what string) *LossError {
+	if s, ok := ls.lk.(driver.Sessioned); ok {
+		select {
+		case <-s.Lost():
+			return ls.sessionLoss(s)
+		default:
+		}
+	}
+	return &LossError{Cause: CauseRefused, Err: errors.New(what)}
 }
 
 func (ls *lease) notHeld() error {
@@ -269,7 +289,7 @@ func (ls *lease) refresh(ctx context.Context, ttl time.Duration) error {
 				return fmt.Errorf("dlock: %s: refresh %q found the lock gone after a release without an answer; asking again: %w", ls.l.info.Name, ls.key, uerr)
 			}
 		}
-		ls.end(&LossError{Cause: CauseRefused, Err: errors.New("refresh found the lock gone")})
+		ls.end(ls.goneCause("refresh found the lock gone"))
 		return ls.notHeld()
 	case errors.Is(err, errors.ErrUnsupported):
 		return fmt.Errorf("dlock: %s: Refresh: %w", ls.l.info.Name, err)
@@ -367,7 +387,7 @@ func (ls *lease) Release(ctx context.Context) error {
 		}
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		ls.end(&LossError{Cause: CauseRefused, Err: errors.New("release found the lock gone")})
+		ls.end(ls.goneCause("release found the lock gone"))
 		return ls.notHeld()
 	}
 	// The release may have gone through with its answer lost: a renewal that then

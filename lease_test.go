@@ -184,6 +184,9 @@ type lossStore struct {
 	refresh, unlock error
 	lost            chan struct{}
 	cause           error
+	// unlockLoses: Unlock ends the session (closes lost) before it returns unlock —
+	// a driver whose check gave the lock up while the release waited for it.
+	unlockLoses bool
 }
 
 func (s *lossStore) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
@@ -195,9 +198,14 @@ type lossLock struct{ s *lossStore }
 
 func (l lossLock) Token() uint64                                { return 1 }
 func (l lossLock) Refresh(context.Context, time.Duration) error { return l.s.refresh }
-func (l lossLock) Unlock(context.Context) error                 { return l.s.unlock }
-func (l lossLock) Lost() <-chan struct{}                        { return l.s.lost }
-func (l lossLock) Cause() error                                 { return l.s.cause }
+func (l lossLock) Unlock(context.Context) error {
+	if l.s.unlockLoses {
+		close(l.s.lost)
+	}
+	return l.s.unlock
+}
+func (l lossLock) Lost() <-chan struct{} { return l.s.lost }
+func (l lossLock) Cause() error          { return l.s.cause }
 
 // TestLossCauses: a lease that ends without Release says why (dlock.LossError):
 // its Cause, HeldUntil when the store keeps the lock after the client gave it up,
@@ -218,6 +226,10 @@ func TestLossCauses(t *testing.T) {
 		{name: "renewals failed", store: lossStore{refresh: errors.New("no answer")}, auto: true, want: dlock.CauseUnreachable, sentinel: dlock.ErrLost},
 		{name: "refresh refused", store: lossStore{refresh: dlock.ErrNotHeld}, auto: true, want: dlock.CauseRefused, sentinel: dlock.ErrLost},
 		{name: "release refused", store: lossStore{unlock: dlock.ErrNotHeld}, want: dlock.CauseRefused, sentinel: dlock.ErrLost,
+			end: func(ls dlock.Lease, _ *lossStore) { _ = ls.Release(context.Background()) }},
+		{name: "release crossing a session loss", store: lossStore{unlock: dlock.ErrNotHeld, unlockLoses: true,
+			cause: &driver.LossError{Kind: driver.LossSilent, Err: errors.New("no answer")}},
+			want: dlock.CauseUnreachable, sentinel: dlock.ErrLost,
 			end: func(ls dlock.Lease, _ *lossStore) { _ = ls.Release(context.Background()) }},
 		{name: "deleted", store: lossStore{cause: &driver.LossError{Kind: driver.LossDeleted, Err: errors.New("node deleted")}},
 			want: dlock.CauseDeleted, sentinel: dlock.ErrLost},
