@@ -251,13 +251,6 @@ func check(h *history, c claims, dir, name string) (o outcome) {
 	if c.exercised != nil {
 		o.exercised, o.why = c.exercised(v)
 	}
-	defer func() { // the checks' own evidence first, then what the property's code saw
-		for _, e := range events {
-			if e.Op == OpExpect && e.Phase == Fail {
-				o.evidence = append(o.evidence, e.Note)
-			}
-		}
-	}()
 	viz := func(kind string, m porcupine.Model, ops []porcupine.Operation) bool {
 		res, info := porcupine.CheckOperationsVerbose(m, ops, time.Minute)
 		if res == porcupine.Ok {
@@ -323,7 +316,82 @@ func check(h *history, c claims, dir, name string) (o outcome) {
 	for _, cs := range c.causes {
 		o.wrongCauses = append(o.wrongCauses, v.wrongCauses(cs)...)
 	}
+	for _, e := range events { // the checks' own evidence first, then what the property's code saw
+		if e.Op == OpExpect && e.Phase == Fail {
+			o.evidence = append(o.evidence, e.Note)
+		}
+	}
+	if o.violated() && len(o.viz) == 0 && dir != "" {
+		// A violation no model rejected (a liveness or time bound missed, a wrong
+		// answer the property saw): the holds as porcupine orders them, with the
+		// failed calls and the violation itself on the time line.
+		_, info := porcupine.CheckOperationsVerbose(holdsModel, holdOps(v), time.Minute)
+		info.AddAnnotations(faultAnnotations(v))
+		info.AddAnnotations(violationAnnotations(v, o.evidence))
+		path := filepath.Join(dir, results.FileSafe(name+"-violation")+".html")
+		if err := os.MkdirAll(dir, 0o755); err == nil && porcupine.VisualizePath(holdsModel, info, path) == nil {
+			o.viz = append(o.viz, path)
+		}
+	}
 	return o
+}
+
+// maxFailedAnnotations bounds the failed calls a violation's visualization shows.
+const maxFailedAnnotations = 2000
+
+// clientIDs numbers the clients of the view's history for porcupine, so that a
+// visualization's operations and annotations share their rows.
+func (v *view) clientIDs() map[string]int {
+	var names []string
+	for _, e := range v.events {
+		if e.Client != "" {
+			names = append(names, e.Client)
+		}
+	}
+	for _, h := range v.holds {
+		names = append(names, h.client)
+	}
+	return clientIDs(names)
+}
+
+// violationAnnotations puts on a visualization's time line what a holds model does
+// not show: each call that failed (with its error, on its client's row), each check
+// the property's code saw fail, and the violation's evidence.
+func violationAnnotations(v *view, evidence []string) []porcupine.Annotation {
+	ids := v.clientIDs()
+	calls := map[int64]int64{}
+	failed := 0
+	var out []porcupine.Annotation
+	end := v.start
+	for _, e := range v.events {
+		end = max(end, e.T)
+		switch {
+		case e.Phase == Call:
+			calls[e.Seq] = e.T
+		case e.Op == OpExpect && e.Phase == Fail:
+			out = append(out, porcupine.Annotation{Tag: "violation", Start: e.T - v.start, Description: "check failed: " + shorten(e.Note), Details: e.Note, BackgroundColor: "#f08080"})
+		case e.Phase == Fail && e.Client != "" && failed < maxFailedAnnotations:
+			failed++
+			start := e.T
+			if c, ok := calls[e.Seq]; ok {
+				start = c
+			}
+			out = append(out, porcupine.Annotation{ClientId: ids[e.Client], Start: start - v.start, End: e.T - v.start,
+				Description: fmt.Sprintf("%s %s failed", e.Op, e.Key), Details: e.Err, BackgroundColor: "#fde2a7"})
+		}
+	}
+	for _, ev := range evidence {
+		out = append(out, porcupine.Annotation{Tag: "violation", Start: 0, End: end - v.start, Description: "violated: " + shorten(ev), Details: ev, BackgroundColor: "#f08080"})
+	}
+	return out
+}
+
+// shorten cuts a line of evidence for a label (the tooltip shows it whole).
+func shorten(s string) string {
+	if r := []rune(s); len(r) > 120 {
+		return string(r[:117]) + "..."
+	}
+	return s
 }
 
 // faultAnnotations shows the faults on a visualization's time line.
@@ -461,11 +529,7 @@ func formatHoldState(m map[int64]string) holdState {
 }
 
 func holdOps(v *view) []porcupine.Operation {
-	var names []string
-	for _, h := range v.holds {
-		names = append(names, h.client)
-	}
-	ids := clientIDs(names)
+	ids := v.clientIDs()
 	var ops []porcupine.Operation
 	for _, h := range v.holds {
 		what := h.kind

@@ -228,6 +228,7 @@ func TestChecker(t *testing.T) {
 			tc.build(b)
 			dir := t.TempDir()
 			o := check(b.h, tc.c, dir, "trial")
+			violated := o.violated() // a wrong cause is no violation: reported apart
 			o.evidence = append(o.evidence, o.wrongCauses...)
 			if !o.exercised {
 				t.Fatalf("not exercised: %s", o.why)
@@ -245,9 +246,26 @@ func TestChecker(t *testing.T) {
 					t.Errorf("visualization %s: %v", p, err)
 				}
 			}
-			if tc.bad != "" && !strings.Contains(tc.name, "expectation") && !strings.Contains(tc.name, "bound") &&
-				!strings.Contains(tc.name, "liveness") && !strings.Contains(tc.name, "without fencing") && !strings.Contains(tc.name, "cause") && len(o.viz) == 0 {
-				t.Errorf("a violation found by porcupine has no visualization")
+			// Every violated trial gets porcupine's visualization: of the model that
+			// rejected it, or, for a violation no model rejects (a bound, a liveness
+			// claim, an expectation), of its holds with the violation on the time line.
+			if violated && len(o.viz) == 0 {
+				t.Errorf("a violated trial has no visualization")
+			}
+			if !violated && len(o.viz) > 0 {
+				t.Errorf("a trial that held has visualizations %v", o.viz)
+			}
+			for _, p := range o.viz {
+				if !strings.HasSuffix(p, "-violation.html") {
+					continue
+				}
+				body, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev := o.evidence[0]; !strings.Contains(string(body), "violated") || !strings.Contains(string(body), strings.Fields(ev)[0]) {
+					t.Errorf("the violation's visualization does not show its evidence %q", ev)
+				}
 			}
 		})
 	}

@@ -279,7 +279,7 @@ svg .bar { fill: #2f9e6a; } svg .clip { stroke: #fff; stroke-width: 4; }
 </table></div>
 {{end}}
 {{if .Matrices}}<p class="legend">{{range .Legend}}<span class="{{.Kind}}">{{.Text}}</span>{{end}}</p>
-<p>In a cell: v1 opens porcupine's visualization of a history the checker rejected; h1, h2 the recorded histories (JSON lines: each client's calls and what they returned, the resource's decisions, the faults, on one clock).</p>{{end}}
+<p>In a cell: v1 opens porcupine's visualization of a violated trial's history (of the model that rejected it, or, for a violation no model rejects — a time bound or a liveness claim missed, a wrong answer — its holds with the failed calls and the violation on the time line); h1, h2 the recorded histories (JSON lines: each client's calls and what they returned, the resource's decisions, the faults, on one clock).</p>{{end}}
 {{with .Speed}}
 <h2>Speed</h2>
 <div class="scroll"><table class="speed">

@@ -38,7 +38,8 @@ type Cell struct {
 	Violations int `json:"violations"`
 	// Histories are the recorded histories (JSON lines) kept for the cell — every
 	// violated trial's, and the first trial's — and Visualizations porcupine's
-	// rendering of each history it rejected; paths relative to the report directory.
+	// rendering of the first violated trial's history (see the report's legend);
+	// paths relative to the report directory.
 	Histories      []string `json:"histories,omitempty"`
 	Visualizations []string `json:"visualizations,omitempty"`
 	// Code identifies the code the cell tested (stamped by the lab when it collects
