@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +44,24 @@ type WeaknessReproducer interface {
 	// (each string one violation, with evidence). ok is false when the harness has no
 	// scenario for p; the generic check then must show the violation itself.
 	ReproduceWeakness(t *testing.T, p spec.Property) (violations []string, ok bool)
+}
+
+// trialRecorders maps the *testing.T of a property whose WeaknessReproducer runs to
+// the recorder of its trial (see Recorded).
+var trialRecorders sync.Map
+
+// Recorded returns l wrapped so that its calls — acquisitions with their tokens,
+// releases, the leases' ends — go into the recorded history of the trial that t
+// runs, under the client name name, and are judged by the suite's checker with the
+// trial's claims (a MutualExclusion trial: no two holds of a key overlap). A
+// WeaknessReproducer wraps the clients of its scenario with it, so that the
+// violation it reproduces is seen in the history, not only in its own words. Outside
+// such a trial (any other t) it returns l unchanged. Closing the wrapper closes l.
+func Recorded(t testing.TB, l dlock.Locker, name string) dlock.Locker {
+	if rec, ok := trialRecorders.Load(t); ok {
+		return rec.(*recorder).locker(l, name)
+	}
+	return l
 }
 
 // URLer is implemented by a harness whose backend can be opened by URL from another

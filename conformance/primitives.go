@@ -124,7 +124,7 @@ func (s *suite) primCancellation(f family) func(*testing.T, *verdict) {
 // before their TTL; the client's handles then fail with ErrClosed.
 func (s *suite) primClose(f family) func(*testing.T, *verdict) {
 	return func(t *testing.T, v *verdict) {
-		a, b := s.h.NewLocker(t), s.client(t)
+		a, b := s.unmanaged(t, "closing"), s.client(t)
 		k := key(t, "prim-close")
 		h := f.contender(t, a, k)
 		held, err := f.fill(t, a, k, dlock.WithTTL(60*time.Second))

@@ -493,7 +493,7 @@ func (s *suite) inputValidation(t *testing.T, v *verdict) {
 }
 
 func (s *suite) close(t *testing.T, v *verdict) {
-	a, b := s.h.NewLocker(t), s.client(t)
+	a, b := s.unmanaged(t, "closing"), s.client(t)
 	k := key(t, "close")
 	la := mustAcquire(t, a, k, dlock.WithTTL(60*time.Second))
 	if err := a.Close(); err != nil {

@@ -161,7 +161,10 @@ func (s *suite) property(t *testing.T, p spec.Property, check func(*testing.T, *
 			if weak {
 				if rep, ok := s.h.(WeaknessReproducer); ok {
 					seen := v.list()
-					if ev, handled := rep.ReproduceWeakness(t, p); handled {
+					trialRecorders.Store(t, r.rec)
+					ev, handled := rep.ReproduceWeakness(t, p)
+					trialRecorders.Delete(t)
+					if handled {
 						// The weakness needs the harness's fault: without it the property holds.
 						if len(seen) > 0 {
 							t.Errorf("%s violated without the fault that the declared weakness needs:\n  %s", p, strings.Join(seen, "\n  "))
@@ -260,6 +263,17 @@ func (s *suite) client(t testing.TB) dlock.Locker {
 		return l
 	}
 	return s.cr.rec.locker(l, s.cr.rec.name("client"))
+}
+
+// unmanaged returns a new client, recorded in the current trial's history like
+// client's, that the caller closes (client's close with the test).
+func (s *suite) unmanaged(t testing.TB, prefix string) dlock.Locker {
+	t.Helper()
+	l := s.h.NewLocker(t)
+	if s.cr == nil {
+		return l
+	}
+	return s.cr.rec.locker(l, s.cr.rec.name(prefix))
 }
 
 // key returns a key no other test uses.

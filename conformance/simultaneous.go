@@ -110,7 +110,7 @@ func (s *suite) simultaneousTry(t *testing.T, v *verdict) {
 		if i%freshEvery == 0 {
 			closeClients()
 			for range tryContenders {
-				clients = append(clients, s.h.NewLocker(t))
+				clients = append(clients, s.unmanaged(t, "contender"))
 			}
 		}
 		k := key(t, fmt.Sprintf("simultaneous%d", i))
@@ -146,7 +146,7 @@ func (s *suite) simultaneousTry(t *testing.T, v *verdict) {
 		if i%freshEvery == 0 {
 			closeClients()
 			for range tryContenders {
-				clients = append(clients, s.h.NewLocker(t))
+				clients = append(clients, s.unmanaged(t, "contender"))
 			}
 		}
 		b := tryAtOnce(t, clients, k)

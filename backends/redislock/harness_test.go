@@ -335,13 +335,13 @@ func (h *setnxHarness) crashBetweenSETNXAndExpire(t *testing.T) []string {
 	ttl := 300 * time.Millisecond
 	dying := client(t, h.addr)
 	dying.AddHook(&crashAfterSETNX{})
-	a := redislock.NewSETNX(dying, redislock.SETNXExpire)
+	a := conformance.Recorded(t, redislock.NewSETNX(dying, redislock.SETNXExpire), "crashing-holder")
 	defer a.Close()
 	if _, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(ttl)); !errors.Is(err, errCrashed) {
 		t.Fatalf("the crashing holder's TryAcquire: want the crash between SETNX and EXPIRE, got %v", err)
 	}
 	t.Cleanup(func() { h.admin.Del(context.Background(), k) })
-	b := redislock.NewSETNX(client(t, h.addr), redislock.SETNXExpire)
+	b := conformance.Recorded(t, redislock.NewSETNX(client(t, h.addr), redislock.SETNXExpire), "next")
 	defer b.Close()
 	wait := 10 * ttl
 	_, err := b.Acquire(ctxFor(t, wait), k, dlock.WithTTL(ttl))
@@ -366,10 +366,11 @@ func (h *setnxHarness) clockAheadTakesOver(t *testing.T) []string {
 	k := fmt.Sprintf("setnx-clock/%d", time.Now().UnixNano())
 	const skew = time.Minute
 	ttl := 30 * time.Second
-	a := redislock.NewSETNX(client(t, h.addr), redislock.SETNXGetSet)
+	// Both clients are recorded: the suite's checker sees the overlap in the history.
+	a := conformance.Recorded(t, redislock.NewSETNX(client(t, h.addr), redislock.SETNXGetSet), "holder")
 	defer a.Close()
-	ahead := redislock.NewSETNXWithClock(client(t, h.addr), redislock.SETNXGetSet,
-		func() time.Time { return time.Now().Add(skew) })
+	ahead := conformance.Recorded(t, redislock.NewSETNXWithClock(client(t, h.addr), redislock.SETNXGetSet,
+		func() time.Time { return time.Now().Add(skew) }), "client-ahead")
 	defer ahead.Close()
 	res := conformance.NewResource(false)
 	la, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(ttl))
