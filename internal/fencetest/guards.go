@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql's "pgx" driver, for sqlfence on PostgreSQL
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -27,8 +28,8 @@ import (
 // Guards returns every fencing guard on a real store, for a harness's
 // conformance.FenceGuarder: fence.Handler in front of a real net/http server on
 // loopback (fence.Memory behind it), fence.Dir in a temporary directory, redisfence
-// on the shared redis-server, sqlfence on a fresh database of the shared MariaDB,
-// etcdfence on the shared etcd (each under names of its own). A guard whose server
+// on the shared redis-server, sqlfence on a fresh database of the shared MariaDB and
+// on one of the shared PostgreSQL (through pgx's database/sql driver), etcdfence on the shared etcd (each under names of its own). A guard whose server
 // is not installed is left out (logged), unless DLOCK_REQUIRE_SERVERS=1, when t
 // fails; any other failure to start one fails t. Everything ends with t.
 func Guards(t testing.TB) []conformance.FenceGuard {
@@ -53,6 +54,8 @@ func Guards(t testing.TB) []conformance.FenceGuard {
 	add("redisfence", g, err)
 	g, err = sqlGuard(ctx, t)
 	add("sqlfence on MariaDB", g, err)
+	g, err = pgGuard(ctx, t)
+	add("sqlfence on PostgreSQL", g, err)
 	g, err = etcdGuard(ctx, t)
 	add("etcdfence", g, err)
 	return out
@@ -84,6 +87,28 @@ func sqlGuard(ctx context.Context, t testing.TB) (fence.Guard, error) {
 	}
 	t.Cleanup(func() { db.Close() })
 	g, err := sqlfence.New(db, sqlfence.MySQL)
+	if err != nil {
+		return nil, err
+	}
+	return g, g.CreateTable(ctx)
+}
+
+func pgGuard(ctx context.Context, t testing.TB) (fence.Guard, error) {
+	p, err := servers.SharedPostgres(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name, err := p.NewDatabase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = p.DropDatabase(context.Background(), name) })
+	db, err := sql.Open("pgx", p.URL(name))
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { db.Close() })
+	g, err := sqlfence.New(db, sqlfence.PostgreSQL)
 	if err != nil {
 		return nil, err
 	}
