@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,6 +52,23 @@ func TestDocs(t *testing.T) {
 	}
 	for _, p := range StaleProblems(path, stale) {
 		t.Error(p)
+	}
+	// Every violated cell links porcupine's visualization and a history, and they
+	// are there; a cell whose links are taken away is caught.
+	for _, p := range EvidenceProblems(path, r) {
+		t.Error(p)
+	}
+	for i, c := range r.Cells {
+		if c.Status != "violated" {
+			continue
+		}
+		bare := *r
+		bare.Cells = slices.Clone(r.Cells)
+		bare.Cells[i].Visualizations = nil
+		if len(EvidenceProblems(path, &bare)) == 0 {
+			t.Errorf("a violated cell without its visualization (%s|%s) was not caught", c.Backend, c.Scenario)
+		}
+		break
 	}
 	r.MarkStale(stale)
 	files, err := Documents(root)

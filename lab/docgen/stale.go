@@ -2,6 +2,7 @@ package docgen
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -63,6 +64,33 @@ func StaleProblems(path string, stale map[string]string) []Problem {
 	var out []Problem
 	for _, p := range pkgs {
 		out = append(out, Problem{File: path, What: fmt.Sprintf("stale: the cells of %s ran on %s, and its code has changed since (run the campaign again)", p, stale[p])})
+	}
+	return out
+}
+
+// EvidenceProblems lists, as problems of the report at path, the violated cells
+// that do not link porcupine's visualization and a recorded history, or whose
+// linked files are not in the report's directory: a reader who sees ⚠️ must be able
+// to open what was seen.
+func EvidenceProblems(path string, r *report.Report) []Problem {
+	dir := filepath.Dir(path)
+	var out []Problem
+	for _, c := range r.Cells {
+		if c.Status != "violated" {
+			continue
+		}
+		cell := fmt.Sprintf("%s|%s|%s", c.Backend, c.Scenario, c.Property)
+		if len(c.Visualizations) == 0 {
+			out = append(out, Problem{File: path, What: fmt.Sprintf("violated cell %s links no visualization of its history", cell)})
+		}
+		if len(c.Histories) == 0 {
+			out = append(out, Problem{File: path, What: fmt.Sprintf("violated cell %s links no recorded history", cell)})
+		}
+		for _, f := range append(slices.Clone(c.Visualizations), c.Histories...) {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				out = append(out, Problem{File: path, What: fmt.Sprintf("violated cell %s links %s: %v", cell, f, err)})
+			}
+		}
 	}
 	return out
 }

@@ -101,6 +101,10 @@ func docsCommand(fs *flag.FlagSet) int {
 			fmt.Println(p)
 			n++
 		}
+		for _, p := range docgen.EvidenceProblems(path, r) {
+			fmt.Println(p)
+			n++
+		}
 		if u := docgen.Unbound(r); u > 0 {
 			fmt.Printf("%s: %d cells carry no code stamp (a report older than the stamps): whether they are stale cannot be told\n", path, u)
 			n++
