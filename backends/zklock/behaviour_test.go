@@ -466,8 +466,9 @@ func TestEmptyDirectoriesGo(t *testing.T) {
 	}
 }
 
-// TestAbandonedWaitLeavesNoNode: a waiter whose ctx ends, and a TryAcquire that
-// finds the key held, delete the node they queued.
+// TestAbandonedWaitLeavesNoNode: a waiter whose ctx ends, a TryAcquire that
+// finds the key held, and a wait cancelled before its create was answered delete
+// the node they queued before they return.
 func TestAbandonedWaitLeavesNoNode(t *testing.T) {
 	z := servertest.ZooKeeper(t)
 	h := newHarness(t, z.Addrs(), 2*time.Second)
@@ -497,9 +498,57 @@ func TestAbandonedWaitLeavesNoNode(t *testing.T) {
 	if !slices.Equal(before, after) {
 		t.Errorf("lock directory before the waits %v, after %v: a node was left behind", before, after)
 	}
+
+	// A wait cancelled while its create is on its way: the server makes the node
+	// after the cancel. The call must not return before it has deleted that node,
+	// or the node would take the lock at the holder's release with no one to use
+	// it (the Cancellation property saw this as a key still held right after).
+	c, ps := h.open(t)
+	p := ps[0]
+	p.Hold(dir) // the create names the key's directory; pings do not
+	cctx, ccancel := context.WithCancel(context.Background())
+	defer ccancel()
+	type result struct {
+		err error
+		at  time.Time
+	}
+	res := make(chan result, 1)
+	go func() {
+		_, err := c.Acquire(cctx, k)
+		res <- result{err, time.Now()}
+	}()
+	if !p.WaitStalled(10 * time.Second) {
+		t.Fatal("the create never reached the proxy")
+	}
+	ccancel()
+	// The fault: the create's answer comes 100ms after the cancel, inside the
+	// bound a cancelled call waits for it.
+	time.Sleep(100 * time.Millisecond)
+	restored := time.Now()
+	p.Restore()
+	r := <-res
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Acquire cancelled while its create was on its way: %v, want context.Canceled", r.err)
+	}
+	if r.at.Before(restored) {
+		t.Errorf("the cancelled Acquire returned %v before its create was even delivered: its node is made after it returned", restored.Sub(r.at).Round(time.Millisecond))
+	}
+	after, _, err = h.admin.Children(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(before, after) {
+		t.Errorf("lock directory before the cancelled wait %v, when it returned %v: its node was left behind", before, after)
+	}
+
 	if err := la.Release(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("TryAcquire right after the holder released, behind the cancelled waits: %v", err)
+	}
+	_ = lb.Release(ctxFor(t, 10*time.Second))
 }
 
 func TestOpen(t *testing.T) {

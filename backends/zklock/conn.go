@@ -18,7 +18,10 @@ import (
 
 // call runs f, a blocking request on the connection (go-zookeeper takes no
 // context), and waits for it or for ctx. When ctx ends first, f goes on and undo
-// (if not nil) gets its result when it returns, to take back what it did.
+// (if not nil) gets its result, to take back what it did: call waits up to
+// undoAnswerWait for f's answer and runs undo before it returns, so that what f
+// made on the server is gone when the caller hears of its cancel; past that bound
+// (a store that does not answer) undo runs in the background when f returns.
 func call[T any](ctx context.Context, f func() (T, error), undo func(T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -40,7 +43,15 @@ func call[T any](ctx context.Context, f func() (T, error), undo func(T, error)) 
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		if undo != nil {
+		if undo == nil {
+			return zero, ctx.Err()
+		}
+		t := time.NewTimer(undoAnswerWait)
+		defer t.Stop()
+		select {
+		case r := <-ch:
+			undo(r.v, r.err)
+		case <-t.C:
 			go func() {
 				r := <-ch
 				undo(r.v, r.err)
@@ -49,6 +60,16 @@ func call[T any](ctx context.Context, f func() (T, error), undo func(T, error)) 
 		return zero, ctx.Err()
 	}
 }
+
+// undoAnswerWait bounds how long a cancelled call waits for the answer of a request
+// it must take back (call's undo), and undoWait how long the undo itself (a delete)
+// is waited for, before the rest is left to the background. On a store that
+// answers each takes a round trip; the bounds keep a cancelled call prompt on one
+// that does not.
+const (
+	undoAnswerWait = 500 * time.Millisecond
+	undoWait       = 2 * time.Second
+)
 
 // transient reports an error after which the same request may succeed once the
 // client is connected again.

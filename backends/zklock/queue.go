@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -58,9 +57,9 @@ func lowestRule(infix string) rule {
 // first look at the queue; its error aborts the acquire (a conflict).
 func (d *zkDriver) acquire(ctx context.Context, dir, infix string, data []byte, wait bool, r rule, check func() error) (*zkLock, error) {
 	path, err := call(ctx, func() (string, error) { return d.create(dir, infix, data) },
-		func(path string, err error) { // ctx ended first: undo a create that went through
+		func(path string, err error) { // ctx ended first: take back a create that went through
 			if err == nil {
-				d.discard(path)
+				d.remove(ctx, path)
 			}
 		})
 	if err != nil {
@@ -68,17 +67,21 @@ func (d *zkDriver) acquire(ctx context.Context, dir, infix string, data []byte, 
 	}
 	lk, err := d.queue(ctx, dir, path, wait, r, check)
 	if err != nil {
-		// Leave nothing behind: delete our node now, or in the background until the
-		// ensemble answers (or the session is gone).
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_, derr := call(dctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) }, nil)
-		cancel()
-		if derr != nil && !errors.Is(derr, zk.ErrNoNode) {
-			go d.discard(path)
-		}
+		d.remove(ctx, path) // leave nothing behind
 		return nil, err
 	}
 	return lk, nil
+}
+
+// remove deletes our node at path now, waiting up to undoWait, or else in the
+// background until the ensemble answers (or the session is gone).
+func (d *zkDriver) remove(ctx context.Context, path string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoWait)
+	_, err := call(dctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) }, nil)
+	cancel()
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		go d.discard(path)
+	}
 }
 
 // create makes our ephemeral sequential node in dir, named with infix and holding
