@@ -198,12 +198,28 @@ func (loseAcquireReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func (loseAcquireReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if err == nil && strings.HasPrefix(cmd.Name(), "eval") && len(cmd.Args()) > 2 && fmt.Sprint(cmd.Args()[2]) == "2" {
+		if err == nil && isAcquire(cmd) {
 			cmd.SetErr(context.DeadlineExceeded)
 			return context.DeadlineExceeded
 		}
 		return err
 	}
+}
+
+// isAcquire tells a run of an acquire script: acquire.lua (two keys) or fair.lua's
+// try or wait (five keys, then the operation).
+func isAcquire(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	if !strings.HasPrefix(cmd.Name(), "eval") || len(a) < 3 {
+		return false
+	}
+	switch fmt.Sprint(a[2]) {
+	case "2":
+		return true
+	case "5":
+		return len(a) > 8 && (a[8] == "try" || a[8] == "wait")
+	}
+	return false
 }
 
 // TestLostReplyLeavesNoLock: when the acquire's reply does not arrive (ctx ended,
@@ -672,11 +688,11 @@ func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
 	rel := redisops.NewReleases(c)
 	defer rel.Close()
 	key := uniqueKey("fair-wake")
-	if res, err := redislock.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 10*time.Second); err != nil || !res.Acquired {
+	if res, err := redislock.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 10*time.Second, 0); err != nil || !res.Acquired {
 		t.Fatalf("holder: %+v, %v", res, err)
 	}
 	for _, w := range []string{"first", "second"} {
-		if res, err := redislock.FairAcquire(ctx, c, key, w, 10*time.Second, true, 10*time.Second); err != nil || res.Acquired {
+		if res, err := redislock.FairAcquire(ctx, c, key, w, 10*time.Second, true, 10*time.Second, 0); err != nil || res.Acquired {
 			t.Fatalf("%s queues: %+v, %v", w, res, err)
 		}
 	}

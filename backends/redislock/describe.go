@@ -17,16 +17,16 @@ import (
 )
 
 // Inspection (dlock.Describe, dlock.List). One script (describe.lua) reads every key
-// of a name at once — the lock and its fencing counter, the fair mode's queue, the
+// of a name at once — the lock and its fencing counter, the queue of waiters, the
 // semaphore's or read-write lock's holders and settings, the election's term — all
 // in the name's hash slot, so one round trip gives one consistent view, on a Cluster
 // too. What the store keeps: the holder's owner value (and the Holder record written
 // into it), its time left, the last fencing token of the key (the holder's, when the
-// holder took the lock through dlock), the fair mode's waiters in order with their
+// holder took the lock through dlock), the waiters of Acquire in order with their
 // arrival by the server's clock and their place's time left; a permit's owner and
 // time left (no token of its own: one counter counts the key's grants); an
-// election's leader, value, term and time left. Without WithFIFO waiters poll: the
-// store knows nothing of them. List walks the fencing counters (one per lock name
+// election's leader, value, term and time left. Callers that wait with a retry
+// strategy (WithRetry) poll: the store knows nothing of them. List walks the fencing counters (one per lock name
 // ever taken), the primitives' settings and the elections' terms with SCAN.
 
 var describeScript = script("describe.lua")
@@ -121,7 +121,7 @@ func ownerEntry(value string, ttl time.Duration) driver.Entry {
 func ttlOf(pttl int64) time.Duration { return max(time.Duration(pttl)*time.Millisecond, 0) }
 
 // List finds the names under prefix by their keys — the fencing counters, the
-// primitives' settings, the elections' terms and the fair mode's queues — and
+// primitives' settings, the elections' terms and the queues of waiters — and
 // describes each that something holds or waits for.
 func (d *redisDriver) List(ctx context.Context, prefix string) ([]driver.KeyState, error) {
 	return listNames(ctx, d.c, prefix, d.Describe, redisops.FencePrefix, "dlock:settings\xff", electionPrefix, queuePrefix)

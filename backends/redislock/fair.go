@@ -11,17 +11,28 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// fairDriver is New with WithFIFO: the same lock, granted in arrival order from a
-// queue of waiters that the store keeps (fairAcquire). A waiter renews its
-// place every third of its TTL, so a waiter that crashed is dropped within its TTL;
-// a release names the first waiter on the release channel, and a waiter also looks
-// again at each renewal and when the holder's TTL runs out, so that no single lost
-// message stalls the queue.
-type fairDriver struct{ *redisDriver }
+// fairDriver waits in a queue of waiters that the store keeps (fairAcquire): a
+// release wakes the first waiter alone, so a hand-off costs the same requests
+// however many wait. A waiter renews its place every third of its TTL, so a waiter
+// that crashed is dropped within its TTL; a waiter also looks again at each renewal
+// and when the holder's TTL runs out, so that no single lost message stalls the
+// queue. With window 0 (WithFIFO) the lock is granted in arrival order; otherwise
+// (the default mode) a caller may take a free lock ahead of waiters that arrived
+// less than window ago — the one who released and asks again keeps going without a
+// hand-off — but not ahead of one that has waited longer.
+type fairDriver struct {
+	*redisDriver
+	window time.Duration
+}
 
 var _ driver.Waiter = fairDriver{}
 
-// TryLock takes the lock only if it is free and no one waits.
+// DefaultBargeWindow is the default mode's barging window (fairDriver): a waiter
+// that has waited this long is served before anyone who asks after it.
+const DefaultBargeWindow = 2 * time.Millisecond
+
+// TryLock takes the lock only if it is free and no one waits (or, with a window,
+// no one has waited longer than it).
 func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	lk, res, err := d.attempt(ctx, key, redisops.NewOwner(ctx), ttl, false)
 	if lk != nil || err != nil {
@@ -82,7 +93,7 @@ func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Dur
 	sent := time.Now()
 	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
 		var err error
-		res, err = fairAcquire(ctx, s, key, value, ttl, wait, ttl)
+		res, err = fairAcquire(ctx, s, key, value, ttl, wait, ttl, d.window)
 		return res.Acquired, err
 	})
 	if err != nil {

@@ -5,11 +5,16 @@
 -- is the operation, ARGV[2] the caller's owner value (also its name in the
 -- queue). Waiters whose deadline passed are dropped before anything else.
 --
--- 'try' (ARGV[3] lease TTL ms) and 'wait' (also ARGV[4], the waiter's TTL ms): the
--- lock is granted when it is free and either no one waits or the caller is the
--- first waiter, so nobody overtakes the queue, neither a TryAcquire nor a holder
--- that released and asks again. 'wait' puts a caller that is not granted in the
--- queue, or renews its place there, until ARGV[4] ms from now. Returns {1, token}
+-- 'try' (ARGV[3] lease TTL ms, ARGV[5] the barging window in microseconds) and
+-- 'wait' (also ARGV[4], the waiter's TTL ms): the lock is granted when it is free
+-- and either no one waits, or the caller is the first waiter, or the first waiter
+-- arrived less than the barging window ago. With a window of 0 (the FIFO mode)
+-- nobody overtakes the queue, neither a TryAcquire nor a holder that released and
+-- asks again; with a window (the default mode) a caller may overtake waiters that
+-- have not waited that long, but never one that has: a waiter's wait is bounded
+-- by the window plus its place in the queue. A caller granted out of the queue
+-- leaves it. 'wait' puts a caller that is not granted in the queue, or renews its
+-- place there, until ARGV[4] ms from now. Returns {1, token}
 -- when granted (also when the caller already holds it: a retry after a lost
 -- reply), else {0, the holder's remaining ms (0 when free, -1 without expiry), the
 -- caller's place (0 first, -1 not queued), ms until the first waiter's deadline}.
@@ -67,11 +72,14 @@ end
 if holder == me then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-if not holder and (not head or head == me) then
+local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+local head = first[1]
+local window = tonumber(ARGV[5])
+if not holder and (not head or head == me or
+    (window > 0 and tonumber(first[2]) + window > tonumber(t[1]) * 1000000 + tonumber(t[2]))) then
   if head then
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('ZREM', KEYS[4], head)
+    redis.call('ZREM', KEYS[3], me)
+    redis.call('ZREM', KEYS[4], me)
   end
   local token = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], me, 'PX', ARGV[3])

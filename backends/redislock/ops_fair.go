@@ -51,18 +51,20 @@ type fairResult struct {
 }
 
 // fairAcquire takes key's lock for value in arrival order: granted when the lock is
-// free and either no one waits or value is the first waiter. With wait, a caller
+// free and either no one waits, or value is the first waiter, or the first waiter
+// arrived less than window ago (0: never; see fair.lua). With wait, a caller
 // that is not granted joins the queue (or, already in it, renews its place) for
 // waitTTL: unless it asks again within waitTTL it is dropped. Without wait it only
 // tries. Like Acquire, the script increments the fencing counter on a grant, is
 // idempotent for a value that already holds the lock, and may have run when an
 // error other than a reply error comes back.
-func fairAcquire(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration, wait bool, waitTTL time.Duration) (fairResult, error) {
+func fairAcquire(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration, wait bool, waitTTL, window time.Duration) (fairResult, error) {
 	op := "try"
 	if wait {
 		op = "wait"
 	}
-	res, err := fairScript.Run(ctx, c, fairKeys(key, value), op, value, redisops.Millis(ttl), redisops.Millis(waitTTL)).Int64Slice()
+	res, err := fairScript.Run(ctx, c, fairKeys(key, value), op, value, redisops.Millis(ttl), redisops.Millis(waitTTL),
+		window.Microseconds()).Int64Slice()
 	if err != nil {
 		return fairResult{}, err
 	}

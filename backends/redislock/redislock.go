@@ -2,7 +2,11 @@
 //
 // New is the safe single-deployment lock: SET NX PX with a random 128-bit owner value,
 // owner-checked refresh and release in Lua, a fencing token from a per-key counter,
-// and waiters woken by a pub/sub message on release. It works with any
+// and waiters that queue in the store, each woken by a pub/sub message of its own
+// when its turn comes: a release wakes one waiter, however many wait. A caller may
+// take a free lock ahead of waiters that arrived less than DefaultBargeWindow ago
+// (the holder that releases and asks again keeps going without a hand-off), never
+// ahead of one that has waited longer, so no waiter starves. It works with any
 // redis.UniversalClient: a single node, Sentinel (a failover client) or Redis Cluster.
 //
 // NewSETNX implements the classic SETNX algorithms as the seed articles describe them,
@@ -53,10 +57,13 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) { c.ackReplicas, c.ackTimeout = replicas, max(timeout, time.Millisecond) }
 }
 
-// WithFIFO turns the fair mode on or off. In the fair mode the store keeps a queue
-// of waiting Acquires per key (in the lock key's hash slot: queueKey) and
-// grants the lock in arrival order: a TryAcquire fails while anyone waits, and a
-// holder that releases and asks again queues behind the waiters. Each waiter renews
+// WithFIFO turns the fair mode on or off. In both modes the store keeps a queue of
+// waiting Acquires per key (in the lock key's hash slot: queueKey) and a release
+// wakes the first waiter alone. The fair mode grants the lock in strict arrival
+// order: a TryAcquire fails while anyone waits, and a holder that releases and asks
+// again queues behind the waiters. The default mode lets a caller past waiters that
+// arrived less than DefaultBargeWindow ago (more grants, fewer hand-offs; a wait
+// still bounded). Each waiter renews
 // its place every third of its TTL; a waiter that stops (a crashed process) is
 // dropped when its TTL runs out, so it delays the others by at most that. A release
 // names the next waiter on the release channel; a waiter also looks again at each
@@ -64,10 +71,9 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 // a third of its TTL. Acquire with WithRetry retries TryAcquire instead of queueing
 // (no order; while others wait it is not granted).
 //
-// Cost: the same round trips as without it (one to acquire, one to release when
-// uncontended); the scripts do a few more operations on the server. Clients in
-// either mode exclude each other on a key (TestMixedModesExclude), but only the fair
-// mode's clients keep the order.
+// Cost: the same round trips and scripts in both modes (one to acquire, one to
+// release when uncontended). Clients in either mode exclude each other on a key
+// (TestMixedModesExclude), but only the fair mode's clients keep the order.
 func WithFIFO(on bool) Option {
 	return func(c *config) { c.fifo = on }
 }
@@ -96,8 +102,9 @@ func New(client redis.UniversalClient, opts ...Option) dlock.Locker {
 	}
 	d := &redisDriver{c: client, cfg: c, releases: redisops.NewReleases(client)}
 	info := driver.Info{Name: "redis", MinTTL: MinTTL}
+	window := DefaultBargeWindow
 	if c.fifo {
-		return dlock.New(fairDriver{d}, info)
+		window = 0
 	}
-	return dlock.New(d, info)
+	return dlock.New(fairDriver{d, window}, info)
 }
