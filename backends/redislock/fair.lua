@@ -29,6 +29,35 @@
 -- it deleted the lock, else 0. A release leaves a tombstone, KEYS[5] (the caller's
 -- ReleasedKey), for as long as the lock had left to live: the same release run again
 -- (go-redis retries a command whose reply was lost) returns 1 again.
+local op, me = ARGV[1], ARGV[2]
+-- Nobody waits (no queue key): the plain lock's steps, without the clock and the
+-- queue's bookkeeping — the uncontended cycle costs what the plain lock costs.
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  local holder = redis.call('GET', KEYS[1])
+  if op == 'release' or op == 'leave' then
+    if holder ~= me then
+      return redis.call('EXISTS', KEYS[5])
+    end
+    local pttl = redis.call('PTTL', KEYS[1])
+    redis.call('DEL', KEYS[1])
+    if pttl > 0 then
+      redis.call('SET', KEYS[5], '1', 'PX', pttl)
+    end
+    redis.call('PUBLISH', ARGV[3], '')
+    return 1
+  end
+  if holder == me then
+    return {1, tonumber(redis.call('GET', KEYS[2]))}
+  end
+  if not holder then
+    local token = redis.call('INCR', KEYS[2])
+    redis.call('SET', KEYS[1], me, 'PX', ARGV[3])
+    return {1, token}
+  end
+  if op == 'try' then
+    return {0, redis.call('PTTL', KEYS[1]), -1, 0}
+  end
+end
 if redis.replicate_commands then
   redis.replicate_commands() -- Redis before 5: writes after TIME need it
 end
@@ -38,7 +67,6 @@ for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
   redis.call('ZREM', KEYS[3], gone)
   redis.call('ZREM', KEYS[4], gone)
 end
-local op, me = ARGV[1], ARGV[2]
 local holder = redis.call('GET', KEYS[1])
 
 if op == 'release' or op == 'leave' then
