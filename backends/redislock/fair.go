@@ -34,7 +34,8 @@ const DefaultBargeWindow = 2 * time.Millisecond
 // TryLock takes the lock only if it is free and no one waits (or, with a window,
 // no one has waited longer than it).
 func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	lk, res, err := d.attempt(ctx, key, redisops.NewOwner(ctx), ttl, false)
+	value := redisops.NewOwner(ctx)
+	lk, res, err := d.attempt(ctx, key, value, fairKeys(key, value), ttl, false)
 	if lk != nil || err != nil {
 		return lk, err
 	}
@@ -47,7 +48,8 @@ func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) 
 // whose reply it did not wait for).
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	value := redisops.NewOwner(ctx)
-	lk, res, err := d.attempt(ctx, key, value, ttl, true)
+	keys := fairKeys(key, value) // made once: every attempt and the release use them
+	lk, res, err := d.attempt(ctx, key, value, keys, ttl, true)
 	if lk != nil || err != nil {
 		return lk, waitErr(ctx, err)
 	}
@@ -59,7 +61,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	renew := max(ttl/3, time.Millisecond)
 	for {
 		// Look again at once after subscribing: the release may have come before.
-		if lk, res, err = d.attempt(ctx, key, value, ttl, true); lk != nil || err != nil {
+		if lk, res, err = d.attempt(ctx, key, value, keys, ttl, true); lk != nil || err != nil {
 			return lk, waitErr(ctx, err)
 		}
 		delay := renew
@@ -88,12 +90,12 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 // attempt runs fairAcquire once for value (joining or staying in the queue
 // with wait); on an error after which the script may have run it leaves the queue
 // and gives back what it may have been granted.
-func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Duration, wait bool) (driver.Lock, fairResult, error) {
+func (d fairDriver) attempt(ctx context.Context, key, value string, keys []string, ttl time.Duration, wait bool) (driver.Lock, fairResult, error) {
 	var res fairResult
 	sent := time.Now()
 	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
 		var err error
-		res, err = fairAcquire(ctx, s, key, value, ttl, wait, ttl, d.window)
+		res, err = fairAcquireKeys(ctx, s, keys, value, ttl, wait, ttl, d.window)
 		return res.Acquired, err
 	})
 	if err != nil {
@@ -105,7 +107,7 @@ func (d fairDriver) attempt(ctx context.Context, key, value string, ttl time.Dur
 	if !res.Acquired {
 		return nil, res, nil
 	}
-	return &redisLock{d: d.redisDriver, key: key, value: value, token: res.Token, fair: true, validFrom: sent}, res, nil
+	return &redisLock{d: d.redisDriver, key: key, value: value, token: res.Token, fairKeys: keys, validFrom: sent}, res, nil
 }
 
 // leave takes value out of key's queue and gives back the lock if it holds it, best

@@ -128,7 +128,7 @@ type redisLock struct {
 	d          *redisDriver
 	key, value string
 	token      uint64
-	fair       bool // granted from the queue (WithFIFO): a release names the next waiter
+	fairKeys   []string // granted by fair.lua: its keys (fairKeys), which the release runs on
 	// validFrom is when the request that granted the lock was sent (fair mode: a
 	// waiter's grant comes long after its Acquire began).
 	validFrom time.Time
@@ -146,11 +146,8 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *redisLock) Unlock(ctx context.Context) error {
-	release := redisops.Release
-	if l.fair {
-		release = func(ctx context.Context, c redis.Scripter, key, value string) (bool, error) {
-			return fairRelease(ctx, c, key, value, false)
-		}
+	if l.fairKeys != nil {
+		return heldUnless(fairReleaseKeys(ctx, l.d.c, l.fairKeys, l.key, l.value, false))
 	}
-	return heldUnless(release(ctx, l.d.c, l.key, l.value))
+	return heldUnless(redisops.Release(ctx, l.d.c, l.key, l.value))
 }

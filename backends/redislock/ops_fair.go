@@ -59,11 +59,17 @@ type fairResult struct {
 // idempotent for a value that already holds the lock, and may have run when an
 // error other than a reply error comes back.
 func fairAcquire(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration, wait bool, waitTTL, window time.Duration) (fairResult, error) {
+	return fairAcquireKeys(ctx, c, fairKeys(key, value), value, ttl, wait, waitTTL, window)
+}
+
+// fairAcquireKeys is fairAcquire on keys, fairKeys(key, value) made once by a caller
+// that asks more than once (a waiter) or keeps them for the release.
+func fairAcquireKeys(ctx context.Context, c redis.Scripter, keys []string, value string, ttl time.Duration, wait bool, waitTTL, window time.Duration) (fairResult, error) {
 	op := "try"
 	if wait {
 		op = "wait"
 	}
-	res, err := fairScript.Run(ctx, c, fairKeys(key, value), op, value, redisops.Millis(ttl), redisops.Millis(waitTTL),
+	res, err := fairScript.Run(ctx, c, keys, op, value, redisops.Millis(ttl), redisops.Millis(waitTTL),
 		window.Microseconds()).Int64Slice()
 	if err != nil {
 		return fairResult{}, err
@@ -84,10 +90,15 @@ func fairAcquire(ctx context.Context, c redis.Scripter, key, value string, ttl t
 // waiter if the lock is free. It reports whether it deleted the lock — also when it
 // is run again after this owner's release already deleted it (a reply lost).
 func fairRelease(ctx context.Context, c redis.Scripter, key, value string, leave bool) (bool, error) {
+	return fairReleaseKeys(ctx, c, fairKeys(key, value), key, value, leave)
+}
+
+// fairReleaseKeys is fairRelease on keys, fairKeys(key, value) kept from the acquire.
+func fairReleaseKeys(ctx context.Context, c redis.Scripter, keys []string, key, value string, leave bool) (bool, error) {
 	op := "release"
 	if leave {
 		op = "leave"
 	}
-	n, err := fairScript.Run(ctx, c, fairKeys(key, value), op, value, redisops.Channel(key)).Int64()
+	n, err := fairScript.Run(ctx, c, keys, op, value, redisops.Channel(key)).Int64()
 	return n == 1, err
 }
