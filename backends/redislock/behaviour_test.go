@@ -688,11 +688,11 @@ func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
 	rel := redisops.NewReleases(c)
 	defer rel.Close()
 	key := uniqueKey("fair-wake")
-	if res, err := redislock.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 10*time.Second, 0); err != nil || !res.Acquired {
+	if res, err := redislock.FairAcquire(ctx, c, key, "holder", 10*time.Second, true, 0); err != nil || !res.Acquired {
 		t.Fatalf("holder: %+v, %v", res, err)
 	}
 	for _, w := range []string{"first", "second"} {
-		if res, err := redislock.FairAcquire(ctx, c, key, w, 10*time.Second, true, 10*time.Second, 0); err != nil || res.Acquired {
+		if res, err := redislock.FairAcquire(ctx, c, key, w, 10*time.Second, true, 0); err != nil || res.Acquired {
 			t.Fatalf("%s queues: %+v, %v", w, res, err)
 		}
 	}

@@ -34,8 +34,7 @@ const DefaultBargeWindow = 2 * time.Millisecond
 // TryLock takes the lock only if it is free and no one waits (or, with a window,
 // no one has waited longer than it).
 func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	value := redisops.NewOwner(ctx)
-	lk, res, err := d.attempt(ctx, key, value, fairKeys(key, value), ttl, false)
+	lk, res, err := d.attempt(ctx, key, newFairCall(key, redisops.NewOwner(ctx), ttl, d.window), false)
 	if lk != nil || err != nil {
 		return lk, err
 	}
@@ -47,21 +46,20 @@ func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) 
 // out. When ctx ends it leaves the queue (and gives back a lock granted to a request
 // whose reply it did not wait for).
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	value := redisops.NewOwner(ctx)
-	keys := fairKeys(key, value) // made once: every attempt and the release use them
-	lk, res, err := d.attempt(ctx, key, value, keys, ttl, true)
+	f := newFairCall(key, redisops.NewOwner(ctx), ttl, d.window) // every attempt and the release use it
+	lk, res, err := d.attempt(ctx, key, f, true)
 	if lk != nil || err != nil {
 		return lk, waitErr(ctx, err)
 	}
 	var wake <-chan struct{}
-	if w, stop, err := d.releases.SubscribeTurn(ctx, key, value); err == nil {
+	if w, stop, err := d.releases.SubscribeTurn(ctx, key, f.value); err == nil {
 		defer stop()
 		wake = w
 	} // else the Locker is closing: ctx ends the wait
 	renew := max(ttl/3, time.Millisecond)
 	for {
 		// Look again at once after subscribing: the release may have come before.
-		if lk, res, err = d.attempt(ctx, key, value, keys, ttl, true); lk != nil || err != nil {
+		if lk, res, err = d.attempt(ctx, key, f, true); lk != nil || err != nil {
 			return lk, waitErr(ctx, err)
 		}
 		delay := renew
@@ -81,42 +79,42 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			d.leave(key, value)
+			d.leave(f)
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// attempt runs fairAcquire once for value (joining or staying in the queue
+// attempt runs fair.lua's acquire once for f (joining or staying in the queue
 // with wait); on an error after which the script may have run it leaves the queue
 // and gives back what it may have been granted.
-func (d fairDriver) attempt(ctx context.Context, key, value string, keys []string, ttl time.Duration, wait bool) (driver.Lock, fairResult, error) {
+func (d fairDriver) attempt(ctx context.Context, key string, f *fairCall, wait bool) (driver.Lock, fairResult, error) {
 	var res fairResult
 	sent := time.Now()
 	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
 		var err error
-		res, err = fairAcquireKeys(ctx, s, keys, value, ttl, wait, ttl, d.window)
+		res, err = f.try(ctx, s, wait)
 		return res.Acquired, err
 	})
 	if err != nil {
 		if res.Acquired || !redisops.IsReply(err) || wait {
-			d.leave(key, value)
+			d.leave(f)
 		}
 		return nil, res, err
 	}
 	if !res.Acquired {
 		return nil, res, nil
 	}
-	return &redisLock{d: d.redisDriver, key: key, value: value, token: res.Token, fairKeys: keys, validFrom: sent}, res, nil
+	return &redisLock{d: d.redisDriver, key: key, value: f.value, token: res.Token, fair: f, validFrom: sent}, res, nil
 }
 
-// leave takes value out of key's queue and gives back the lock if it holds it, best
-// effort, with a fresh context: what it misses is dropped at the waiter's deadline
-// or the lock's TTL.
-func (d fairDriver) leave(key, value string) {
+// leave takes f's owner out of its key's queue and gives back the lock if it holds
+// it, best effort, with a fresh context: what it misses is dropped at the waiter's
+// deadline or the lock's TTL.
+func (d fairDriver) leave(f *fairCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = fairRelease(ctx, d.c, key, value, true)
+	_, _ = f.unlock(ctx, d.c, true)
 }
 
 // waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.

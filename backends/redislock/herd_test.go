@@ -117,3 +117,59 @@ func scriptRuns(t testing.TB, c *redis.Client) int {
 	}
 	return runs
 }
+
+// TestFairAfterScriptFlush: the fair engine (the default mode and fifo) sends
+// fair.lua by its SHA; a server that no longer has the script (a restart, SCRIPT
+// FLUSH) gets the script itself, on TryAcquire, on a waiter's Acquire and on
+// Release. A private server: flushing the shared one would change what other tests
+// see.
+func TestFairAfterScriptFlush(t *testing.T) {
+	addr := privateRedis(t, servers.RedisOptions{}).Addr()
+	admin := client(t, addr)
+	for _, mode := range []struct {
+		name string
+		opts []redislock.Option
+	}{{"default", nil}, {"fifo", []redislock.Option{redislock.WithFIFO(true)}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := ctxFor(t, 10*time.Second)
+			flush := func() {
+				t.Helper()
+				if err := admin.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := redislock.New(client(t, addr), mode.opts...)
+			defer l.Close()
+			k := uniqueKey("flush-" + mode.name)
+			flush()
+			ls, err := l.TryAcquire(ctx, k)
+			if err != nil {
+				t.Fatalf("TryAcquire after SCRIPT FLUSH: %v", err)
+			}
+			// A waiter joins the queue (its first attempt after a flush).
+			flush()
+			got := make(chan error, 1)
+			go func() {
+				lw, err := l.Acquire(ctx, k)
+				if err == nil {
+					err = lw.Release(ctx)
+				}
+				got <- err
+			}()
+			for waiting(t, admin, k) == 0 {
+				select {
+				case err := <-got:
+					t.Fatalf("the waiter ended before it queued: %v", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			flush()
+			if err := ls.Release(ctx); err != nil {
+				t.Fatalf("Release after SCRIPT FLUSH: %v", err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("the waiter after SCRIPT FLUSH: %v", err)
+			}
+		})
+	}
+}

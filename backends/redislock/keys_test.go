@@ -31,3 +31,20 @@ func TestPrimitiveKeysSameSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestFairNames: the fair mode's keys, cut from one string, are the keys each
+// function makes on its own, for keys with and without hash tags.
+func TestFairNames(t *testing.T) {
+	for _, k := range primKeys {
+		for _, v := range []string{"", "owner", "\xff{x}"} {
+			keys, channel := fairNames(k, v)
+			want := [5]string{redisops.LockKey(k), redisops.FenceKey(k), queueKey(k), deadlineKey(k), redisops.ReleasedKey(k, v)}
+			if keys != want {
+				t.Errorf("fairNames(%q, %q) = %q, want %q", k, v, keys, want)
+			}
+			if channel != redisops.Channel(k) {
+				t.Errorf("fairNames(%q, %q): channel %q, want %q", k, v, channel, redisops.Channel(k))
+			}
+		}
+	}
+}

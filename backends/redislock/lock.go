@@ -128,7 +128,7 @@ type redisLock struct {
 	d          *redisDriver
 	key, value string
 	token      uint64
-	fairKeys   []string // granted by fair.lua: its keys (fairKeys), which the release runs on
+	fair       *fairCall // granted by fair.lua: the command its release runs
 	// validFrom is when the request that granted the lock was sent (fair mode: a
 	// waiter's grant comes long after its Acquire began).
 	validFrom time.Time
@@ -146,8 +146,8 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *redisLock) Unlock(ctx context.Context) error {
-	if l.fairKeys != nil {
-		return heldUnless(fairReleaseKeys(ctx, l.d.c, l.fairKeys, l.key, l.value, false))
+	if l.fair != nil {
+		return heldUnless(l.fair.unlock(ctx, l.d.c, false))
 	}
 	return heldUnless(redisops.Release(ctx, l.d.c, l.key, l.value))
 }

@@ -15,12 +15,15 @@ import (
 var luaFiles embed.FS
 
 // script loads the embedded Lua file name; a missing file is a build mistake.
-func script(name string) *redis.Script {
+func script(name string) *redis.Script { return redis.NewScript(source(name)) }
+
+// source is the embedded Lua file name's text.
+func source(name string) string {
 	src, err := luaFiles.ReadFile(name)
 	if err != nil {
 		panic("redislock: " + err.Error())
 	}
-	return redis.NewScript(string(src))
+	return string(src)
 }
 
 var (
