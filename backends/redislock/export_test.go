@@ -25,4 +25,5 @@ var (
 	ElectionLogKey  = electionLogKey
 	FairAcquire     = fairAcquire
 	FairRelease     = fairRelease
+	WriterWaitKey   = writerWaitKey
 )

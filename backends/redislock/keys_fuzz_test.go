@@ -18,6 +18,7 @@ var keyKinds = map[string]func(string) string{
 	"holders":   func(k string) string { return primitiveKeys(k)[0] },
 	"settings":  func(k string) string { return primitiveKeys(k)[1] },
 	"primfence": func(k string) string { return primitiveKeys(k)[2] },
+	"wwait":     writerWaitKey,
 }
 
 // FuzzKeys: for any two valid keys, every store key lies in its key's Redis

@@ -22,6 +22,13 @@ import (
 // settings' kind tells them apart, and an acquire of the other kind while holders
 // live is refused (a conflict). Holders and settings expire with the last holder.
 
+// writerWaitKey is the key of the writer that key's read-write lock keeps new shared
+// acquirers out for (writer preference): a string, the waiting writer's owner
+// value, which expires unless the writer asks again within its TTL.
+//
+//	waiting writer: "dlock:wwait\xff{" + tag + "}" + key
+func writerWaitKey(key string) string { return redisops.Tagged("dlock:wwait\xff", key) }
+
 // primitiveKeys returns the holders, settings and fence keys of key's primitive.
 func primitiveKeys(key string) []string {
 	return []string{redisops.Tagged("dlock:holders\xff", key), redisops.Tagged("dlock:settings\xff", key), redisops.Tagged("dlock:primfence\xff", key)}
@@ -47,10 +54,17 @@ type primResult struct {
 
 // primAcquireOp takes a lease of key's semaphore (kind kindSemaphore, arg the limit)
 // or read-write lock (kind kindRWLock, arg modeShared or modeExclusive) for the owner value
-// and ttl, in one script. An error is as for Acquire: the lease may have been
-// granted (release it with the same value), unless it is a reply error.
-func primAcquireOp(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration, kind, arg string) (primResult, error) {
-	res, err := primAcquireScript.Run(ctx, c, primitiveKeys(key), value, redisops.Millis(ttl), kind, arg).Slice()
+// and ttl, in one script. No shared lease is granted while a writer waits; with
+// wait, an exclusive acquirer that is not granted becomes the waiting writer (if
+// none is) for ttl (prim_acquire.lua). An error is as for Acquire: the lease may
+// have been granted (release it with the same value), unless it is a reply error.
+func primAcquireOp(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration, kind, arg string, wait bool) (primResult, error) {
+	op := ""
+	if wait {
+		op = "wait"
+	}
+	ks := append(primitiveKeys(key), writerWaitKey(key))
+	res, err := primAcquireScript.Run(ctx, c, ks, value, redisops.Millis(ttl), kind, arg, op).Slice()
 	if err != nil {
 		return primResult{}, err
 	}
@@ -83,12 +97,13 @@ func primRefreshOp(ctx context.Context, c redis.Scripter, key, value string, ttl
 	return n == 1, err
 }
 
-// primReleaseOp removes the owner's lease of key's primitive and publishes on the
-// channel of wake (Channel(wake)) so that waiters look again; false when the lease
-// had expired or was gone. Like Release it is idempotent: run again after its reply
-// was lost, it returns true again.
+// primReleaseOp removes the owner's lease of key's primitive (or its place as the
+// read-write lock's waiting writer) and publishes on the channel of wake
+// (Channel(wake)) so that waiters look again; false when the lease had expired or
+// was gone. Like Release it is idempotent: run again after its reply was lost, it
+// returns true again.
 func primReleaseOp(ctx context.Context, c redis.Scripter, key, value, wake string) (bool, error) {
-	ks := append(primitiveKeys(key)[:2:2], primReleasedKey(key, value))
+	ks := append(primitiveKeys(key)[:2:2], primReleasedKey(key, value), writerWaitKey(key))
 	n, err := primReleaseScript.Run(ctx, c, ks, value, redisops.Channel(wake)).Int64()
 	return n == 1, err
 }

@@ -6,6 +6,13 @@
 -- Idempotent: a live holder's release leaves a tombstone, KEYS[3] (this holder's
 -- ReleasedKey), for as long as its lease had left, so that the same release run
 -- again after its reply was lost returns 1 again.
+--
+-- KEYS[4], when given, is the read-write lock's waiting writer: if it names
+-- ARGV[1] (a writer whose wait ended), it is deleted and waiters told.
+if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+  redis.call('DEL', KEYS[4])
+  redis.call('PUBLISH', ARGV[2], '')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])

@@ -19,10 +19,11 @@ import (
 // ops_primitives.go for the layout. A holder that vanishes keeps its
 // lease until its own expiry, no longer; a release publishes on the primitive's
 // channel, which wakes the waiters (Subscribe). Waiters poll otherwise: there is
-// no queue, so no order and no writer preference.
+// no queue, so no order. The read-write lock prefers writers (LockRW): a waiting
+// writer keeps new readers out.
 
 func (d *redisDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
-	return d.primAcquire(ctx, key, ttl, kindSemaphore, strconv.Itoa(limit), driver.SemaphoreWake(key))
+	return d.tryPrim(ctx, key, ttl, kindSemaphore, strconv.Itoa(limit), driver.SemaphoreWake(key))
 }
 
 func (d *redisDriver) TryLockRW(ctx context.Context, key string, shared bool, ttl time.Duration) (driver.Lock, error) {
@@ -30,30 +31,84 @@ func (d *redisDriver) TryLockRW(ctx context.Context, key string, shared bool, tt
 	if shared {
 		mode = modeShared
 	}
-	return d.primAcquire(ctx, key, ttl, kindRWLock, mode, driver.RWWake(key))
+	return d.tryPrim(ctx, key, ttl, kindRWLock, mode, driver.RWWake(key))
 }
 
-func (d *redisDriver) primAcquire(ctx context.Context, key string, ttl time.Duration, kind, arg, wake string) (driver.Lock, error) {
+// tryPrim makes one attempt at key's primitive for a new owner: Busy when it is
+// full.
+func (d *redisDriver) tryPrim(ctx context.Context, key string, ttl time.Duration, kind, arg, wake string) (driver.Lock, error) {
+	lk, r, err := d.primAcquire(ctx, key, redisops.NewOwner(ctx), ttl, kind, arg, wake, false)
+	if lk == nil && err == nil {
+		return nil, driver.Busy(r.Remaining)
+	}
+	return lk, err
+}
+
+var _ driver.RWWaiter = (*redisDriver)(nil)
+
+// LockRW waits for key's read-write lock (driver.RWWaiter), woken by releases and
+// looking again at least every third of ttl and when the first holder's lease (or
+// the waiting writer's place) runs out. An exclusive waiter becomes the key's
+// waiting writer when none is (writerWaitKey), which keeps new shared acquirers out
+// until it is granted, leaves, or stops asking for ttl (a crashed waiter); so a
+// writer gets in once the readers before it are done, however many keep coming. A
+// second waiting writer waits behind the first. Writers are not ordered among
+// themselves, nor readers.
+func (d *redisDriver) LockRW(ctx context.Context, key string, shared bool, ttl time.Duration) (driver.Lock, error) {
+	mode := modeExclusive
+	if shared {
+		mode = modeShared
+	}
+	wake := driver.RWWake(key)
 	value := redisops.NewOwner(ctx)
+	woken, stop, err := d.releases.Subscribe(ctx, wake)
+	if err == nil {
+		defer stop()
+	} // else the Locker is closing: ctx ends the wait
+	renew := max(ttl/3, time.Millisecond)
+	for {
+		lk, r, err := d.primAcquire(ctx, key, value, ttl, kindRWLock, mode, wake, !shared)
+		if lk != nil || err != nil {
+			return lk, waitErr(ctx, err)
+		}
+		t := time.NewTimer(min(renew, r.Remaining+time.Millisecond))
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			if !shared {
+				(&primLock{d: d, key: key, value: value, wake: wake}).cleanup() // leave the writer's place
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// primAcquire makes one attempt at key's primitive for the owner value (see
+// primAcquireOp; wait: an exclusive waiter that takes the writer's place).
+func (d *redisDriver) primAcquire(ctx context.Context, key, value string, ttl time.Duration, kind, arg, wake string, wait bool) (driver.Lock, primResult, error) {
 	var r primResult
 	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
 		var err error
-		r, err = primAcquireOp(ctx, s, key, value, ttl, kind, arg)
+		r, err = primAcquireOp(ctx, s, key, value, ttl, kind, arg, wait)
 		return r.Granted, err
 	})
 	lk := &primLock{d: d, key: key, value: value, wake: wake, token: r.Token}
 	switch {
 	case err != nil:
-		if r.Granted || !redisops.IsReply(err) {
-			lk.cleanup() // granted but not acknowledged, or no reply: undo it
+		if r.Granted || !redisops.IsReply(err) || wait {
+			lk.cleanup() // granted but not acknowledged, no reply, or a writer's place: undo it
 		}
-		return nil, err
+		return nil, r, err
 	case r.Conflict != "":
-		return nil, fmt.Errorf("%w: %q is %s", dlock.ErrConflict, key, r.Conflict)
+		return nil, r, fmt.Errorf("%w: %q is %s", dlock.ErrConflict, key, r.Conflict)
 	case !r.Granted:
-		return nil, driver.Busy(r.Remaining)
+		return nil, r, nil
 	}
-	return lk, nil
+	return lk, r, nil
 }
 
 // primLock is one lease of a semaphore or read-write lock.

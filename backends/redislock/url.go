@@ -203,9 +203,9 @@ func declare(u *url.URL) (spec.Capabilities, error) {
 	c := spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: r.fifo,
 		FaultOutcomes: map[spec.Scenario]spec.Status{spec.ServerRestart: spec.Violated, spec.ClockJump: spec.Violated},
 		// Native primitives, one script per operation; waiters poll (woken by
-		// releases), so neither order nor writer preference.
+		// releases), so no order; a waiting writer keeps new readers out (LockRW).
 		Semaphore: &spec.Primitive{Native: true, Fencing: true},
-		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, WriterPreference: true},
 		Election:  &spec.Primitive{Native: true, Fencing: true},
 		MultiKey:  &spec.Primitive{Native: true, Fencing: true}}
 	if r.ack < 1 {
