@@ -91,12 +91,13 @@ func (d *redisDriver) LockRW(ctx context.Context, key string, shared bool, ttl t
 // primAcquireOp; wait: an exclusive waiter that takes the writer's place).
 func (d *redisDriver) primAcquire(ctx context.Context, key, value string, ttl time.Duration, kind, arg, wake string, wait bool) (driver.Lock, primResult, error) {
 	var r primResult
+	sent := time.Now()
 	err := d.write(ctx, key, func(s redis.Scripter) (bool, error) {
 		var err error
 		r, err = primAcquireOp(ctx, s, key, value, ttl, kind, arg, wait)
 		return r.Granted, err
 	})
-	lk := &primLock{d: d, key: key, value: value, wake: wake, token: r.Token}
+	lk := &primLock{d: d, key: key, value: value, wake: wake, token: r.Token, validFrom: sent}
 	switch {
 	case err != nil:
 		if r.Granted || !redisops.IsReply(err) || wait {
@@ -116,7 +117,13 @@ type primLock struct {
 	d                *redisDriver
 	key, value, wake string
 	token            uint64
+	// validFrom is when the request that granted the lease was sent (LockRW: a
+	// waiter's grant comes long after its wait began).
+	validFrom time.Time
 }
+
+// ValidFrom is when the request that granted the lease was sent (driver.ValidFrom).
+func (l *primLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *primLock) Token() uint64 { return l.token }
 

@@ -84,10 +84,10 @@ func TestWriterPlaceEnds(t *testing.T) {
 	t.Run("crashed", func(t *testing.T) {
 		k := uniqueKey("rw-writer-crashed")
 		const life = 300 * time.Millisecond
+		start := time.Now() // before the place is written: it expires no earlier than life after this
 		if err := admin.Set(ctx, redislock.WriterWaitKey(k), "gone-writer", life).Err(); err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
 		r := newRW(k)
 		if ls, err := r.TryAcquireShared(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 			if ls != nil {
@@ -104,4 +104,61 @@ func TestWriterPlaceEnds(t *testing.T) {
 			t.Fatalf("the reader got in %v after the place was written, before it expired (%v)", waited, life)
 		}
 	})
+}
+
+// TestRWWaitLongerThanTTL: a read-write lock's waiter may wait longer than its own
+// TTL (behind a writer, or a writer behind readers): its lease's TTL starts with the
+// request that granted it, not with the wait, so the grant is good.
+func TestRWWaitLongerThanTTL(t *testing.T) {
+	addr := sharedRedis(t).Addr()
+	ctx := ctxFor(t, 30*time.Second)
+	for _, c := range []struct {
+		name        string
+		holdShared  bool
+		waitsShared bool
+	}{{"reader behind a writer", false, true}, {"writer behind a reader", true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			k := uniqueKey("rw-long-wait")
+			open := func() *dlock.RWMutex {
+				l := redislock.New(client(t, addr))
+				t.Cleanup(func() { _ = l.Close() })
+				m, err := dlock.NewRWMutex(l, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m
+			}
+			holder, waiter := open(), open()
+			take := func(m *dlock.RWMutex, shared bool, opts ...dlock.Option) (dlock.Lease, error) {
+				if shared {
+					return m.AcquireShared(ctx, opts...)
+				}
+				return m.Acquire(ctx, opts...)
+			}
+			held, err := take(holder, c.holdShared, dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ttl = 200 * time.Millisecond
+			got := make(chan error, 1)
+			go func() {
+				ls, err := take(waiter, c.waitsShared, dlock.WithTTL(ttl))
+				if err == nil {
+					err = ls.Release(ctx)
+				}
+				got <- err
+			}()
+			select {
+			case err := <-got:
+				t.Fatalf("the waiter returned while the key was held: %v", err)
+			case <-time.After(3 * ttl): // the wait must outlast the waiter's TTL
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("a waiter granted after waiting longer than its TTL: %v", err)
+			}
+		})
+	}
 }
