@@ -20,7 +20,7 @@ import (
 
 // Inspection (dlock.Describe, dlock.List). Each master keeps the bare key with the
 // owner value (and the Holder record written into it) and its TTL; there is no
-// token and no queue (waiters retry). A key is held where a majority of the
+// token, and the waiters' queue (queue.go) is not shown. A key is held where a majority of the
 // masters hold one value: its holder is that value, its time left the shortest of
 // theirs. Every master is read in parallel, one pipeline each (the key and the
 // generic semaphore's slots), each within describeTimeout; a description needs a

@@ -93,6 +93,16 @@ func (d *redlockDriver) nodeTimeout(ttl time.Duration) time.Duration {
 // TryLock is steps 1–4 of the algorithm (package doc), with the tie-break of a split
 // vote (tiebreak.go).
 func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	lk, _, err := d.tryLock(ctx, key, ttl, nil)
+	return lk, err
+}
+
+// tryLock is TryLock; with q, every master also keeps (or gives up) q's place in
+// key's queue of waiters (queue.go), and a grant remembers q's name for the release.
+// held reports, for a lost round, whether another value held key on a majority of
+// the masters that answered: its release will be announced. Otherwise the lock was
+// free or split between contenders, and nothing may announce anything.
+func (d *redlockDriver) tryLock(ctx context.Context, key string, ttl time.Duration, q *queued) (lk driver.Lock, held bool, err error) {
 	start := time.Now()
 	value := redisops.NewOwner(ctx)
 	timeout := d.nodeTimeout(ttl)
@@ -106,7 +116,7 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	var keep bool
 	judge := func(k bool) { keep = k; close(judged) }
 	r := d.poll(ctx, timeout, func(ctx context.Context, i int) vote {
-		return d.acquireVote(ctx, i, key, value, ttl)
+		return d.acquireVote(ctx, i, key, value, ttl, q)
 	}, func(v vote, won bool) {
 		// Step 4: a master that granted, or whose answer was lost, may hold our value.
 		// A refusal is an atomic "held by another", and a request never sent did
@@ -123,18 +133,18 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	})
 	if r.won {
 		judge(false)
-		return d.newLock(key, value, ttl, start, r.ended, longest), nil
+		return d.newLock(key, value, ttl, start, r.ended, longest, q), false, nil
 	}
 	if r.ctxErr == nil && d.tooMany(r, failed) {
 		judge(false)
 		// The masters are down or hung: say so now; the releases of step 4 go on in
 		// the background (Close waits for them) instead of costing another timeout.
-		return nil, d.undecided(r, fmt.Sprintf("acquire %q", key))
+		return nil, false, d.undecided(r, fmt.Sprintf("acquire %q", key))
 	}
 	if r.ctxErr == nil && d.holdsSplitGate(r, key, longest) {
 		judge(true)
-		if lk := d.claim(ctx, r, key, value, ttl, start, longest); lk != nil {
-			return lk, nil
+		if lk := d.claim(ctx, r, key, value, ttl, start, longest, q); lk != nil {
+			return lk, false, nil
 		}
 	} else {
 		judge(false)
@@ -144,16 +154,21 @@ func (d *redlockDriver) TryLock(ctx context.Context, key string, ttl time.Durati
 	// release then follows in the background.)
 	waitAtMost(r.settled, 2*longest)
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("acquire %q: %w", key, err)
+		return nil, false, fmt.Errorf("acquire %q: %w", key, err)
 	}
-	return nil, driver.Busy(d.busyFor(r))
+	return nil, d.majorityHolder(ended(r)), driver.Busy(d.busyFor(r))
 }
 
 // newLock is a grant of key to value: valid from start for ttl − drift; acquired[i]
-// is closed when the acquire request to master i has ended, within settleWithin.
-func (d *redlockDriver) newLock(key, value string, ttl time.Duration, start time.Time, acquired []chan struct{}, settleWithin time.Duration) *lock {
-	return &lock{d: d, key: key, value: value, ttl: ttl, validUntil: start.Add(ttl - d.cfg.drift(ttl)),
+// is closed when the acquire request to master i has ended, within settleWithin. q
+// is the waiter that was granted it (nil for TryLock).
+func (d *redlockDriver) newLock(key, value string, ttl time.Duration, start time.Time, acquired []chan struct{}, settleWithin time.Duration, q *queued) *lock {
+	l := &lock{d: d, key: key, value: value, ttl: ttl, validFrom: start, validUntil: start.Add(ttl - d.cfg.drift(ttl)),
 		released: make([]atomic.Bool, len(d.nodes)), acquired: acquired, settleWithin: settleWithin}
+	if q != nil {
+		l.waiter = q.name
+	}
+	return l
 }
 
 // busyFor estimates how long until enough of the masters that refused the lock free
@@ -176,10 +191,10 @@ func (d *redlockDriver) busyFor(r *round) time.Duration {
 	return rem[need-1]
 }
 
-// releaseNode deletes key on master i if it holds value, and announces the release
-// to the master's waiters.
-func (d *redlockDriver) releaseNode(ctx context.Context, i int, key, value string) vote {
-	return voteOf(redisops.Release(ctx, d.nodes[i].c, key, value))
+// releaseNode deletes key on master i if it holds value, takes waiter (if not "")
+// out of key's queue there, and wakes the first waiter of the queue (release.lua).
+func (d *redlockDriver) releaseNode(ctx context.Context, i int, key, value, waiter string) vote {
+	return voteOf(release(ctx, d.nodes[i].c, key, value, waiter))
 }
 
 // withdrawNode deletes key on master i if it holds value, without an announcement:
@@ -212,7 +227,9 @@ func (d *redlockDriver) Close() error {
 type lock struct {
 	d          *redlockDriver
 	key, value string
+	waiter     string        // the name in key's queue of the Acquire that was granted it, or ""
 	ttl        time.Duration // the last TTL set (for the per-node timeout of Unlock)
+	validFrom  time.Time     // the start of the round that granted it
 	validUntil time.Time     // start of the last grant or refresh + ttl − drift
 	released   []atomic.Bool // per master: our key is gone there (for a retried Unlock)
 	// acquired[i] is closed when the acquire's request to master i has ended, which
@@ -227,6 +244,11 @@ type lock struct {
 // TTL). A refresh sent before it would find "not ours"; a delete would be
 // overtaken.
 func (l *lock) awaitAcquire(i int) { waitAtMost(l.acquired[i], l.settleWithin) }
+
+// ValidFrom is the moment the round that granted the lock started
+// (driver.ValidFrom): a waiting Acquire's lease counts its TTL from there, not from
+// the start of its wait.
+func (l *lock) ValidFrom() time.Time { return l.validFrom }
 
 // errValidityOver: a refresh started after the lease's validity deadline.
 var errValidityOver = errors.New("the lease's validity is over")
@@ -286,7 +308,7 @@ func (l *lock) Unlock(ctx context.Context) error {
 			return vote{answer: yes}
 		}
 		l.awaitAcquire(i)
-		v := l.d.releaseNode(ctx, i, l.key, l.value)
+		v := l.d.releaseNode(ctx, i, l.key, l.value, l.waiter)
 		if v.answer == yes {
 			l.released[i].Store(true)
 		}

@@ -26,8 +26,12 @@
 //     majority extended the lock within its validity, Release when a majority deleted
 //     it (owner-checked: only keys holding our value are touched).
 //
-// Waiters are woken by the release messages of the masters (Subscribe, in wake.go)
-// and otherwise retry after the retry strategy's random delay.
+// Waiters queue on every master (Lock, in queue.go): each master keeps the waiters
+// in the order of an arrival time the waiter chose, the same on every master, and a
+// release tells the first waiter alone, so one waiter looks per release however
+// many wait. The queue decides whom a release wakes, not who is granted: a free lock
+// goes to whoever asks first. An Acquire with a retry strategy (dlock.WithRetry)
+// retries after its delays instead, woken by every release (Subscribe, in wake.go).
 //
 // Not guaranteed (see the docs page): mutual exclusion when a master restarts without
 // persistence before a TTL has passed (the declared weakness, reproduced by

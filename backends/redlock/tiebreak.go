@@ -34,10 +34,17 @@ var (
 	voteScript = redis.NewScript(voteSrc)
 )
 
-// acquireVote asks master i for key on behalf of value (vote.lua): yes, or no with
-// the holder's value and remaining TTL, or failed.
-func (d *redlockDriver) acquireVote(ctx context.Context, i int, key, value string, ttl time.Duration) vote {
-	res, err := voteScript.Run(ctx, d.nodes[i].c, []string{redisops.LockKey(key)}, value, redisops.Millis(ttl)).Result()
+// acquireVote asks master i for key on behalf of value (vote.lua; with q, wait.lua,
+// which also keeps q's place in key's queue): yes, or no with the holder's value and
+// remaining TTL, or failed.
+func (d *redlockDriver) acquireVote(ctx context.Context, i int, key, value string, ttl time.Duration, q *queued) vote {
+	var res any
+	var err error
+	if q == nil {
+		res, err = voteScript.Run(ctx, d.nodes[i].c, []string{redisops.LockKey(key)}, value, redisops.Millis(ttl)).Result()
+	} else {
+		res, err = q.vote(ctx, d.nodes[i].c, value, ttl)
+	}
 	if err != nil {
 		return vote{answer: failed, err: err}
 	}
@@ -108,7 +115,7 @@ func (d *redlockDriver) holdsSplitGate(r *round, key string, longest time.Durati
 // majority holds value, or the answers show another value with a majority, or the
 // claim window (twice longest, within the lease's validity) ends. It returns the lock,
 // or nil after giving back (and announcing) whatever it held.
-func (d *redlockDriver) claim(ctx context.Context, first *round, key, value string, ttl time.Duration, start time.Time, longest time.Duration) *lock {
+func (d *redlockDriver) claim(ctx context.Context, first *round, key, value string, ttl time.Duration, start time.Time, longest time.Duration, q *queued) *lock {
 	timeout := d.nodeTimeout(ttl)
 	deadline := time.Now().Add(2 * longest)
 	if valid := start.Add(ttl - d.cfg.drift(ttl)); valid.Before(deadline) {
@@ -126,7 +133,7 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 			if had[i] {
 				return vote{answer: yes}
 			}
-			return d.acquireVote(ctx, i, key, value, ttl)
+			return d.acquireVote(ctx, i, key, value, ttl, q)
 		}, nil)
 		waitAtMost(r.settled, longest)
 		votes := ended(r)
@@ -140,7 +147,7 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 			}
 		}
 		if held >= d.quorum {
-			return d.newLock(key, value, ttl, start, r.ended, longest)
+			return d.newLock(key, value, ttl, start, r.ended, longest, q)
 		}
 		if d.majorityHolder(votes) {
 			break
@@ -163,7 +170,7 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 // waits for the answers (at most longest).
 func (d *redlockDriver) releaseAll(ctx context.Context, key, value string, timeout, longest time.Duration) {
 	r := d.poll(context.WithoutCancel(ctx), timeout, func(ctx context.Context, i int) vote {
-		return d.releaseNode(ctx, i, key, value)
+		return d.releaseNode(ctx, i, key, value, "")
 	}, nil)
 	waitAtMost(r.settled, longest)
 }

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 )
 
 // Subscribe wakes a waiter for key when any master announces a release of it (the
@@ -18,13 +20,19 @@ import (
 // Not guaranteed: expiry announces nothing, nor does a master that is down; waiters
 // keep the retry strategy's backoff, cut to the holder's remaining TTL.
 func (d *redlockDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return d.subscribe(func(r *redisops.Releases) (<-chan struct{}, func(), error) { return r.Subscribe(ctx, key) })
+}
+
+// subscribe makes the subscription sub on every master in parallel and merges their
+// messages into one channel, as Subscribe says.
+func (d *redlockDriver) subscribe(sub func(*redisops.Releases) (<-chan struct{}, func(), error)) (<-chan struct{}, func(), error) {
 	w := &waiter{wake: make(chan struct{}, 1), stopped: make(chan struct{}), changed: make(chan struct{}, 1)}
 	ready := make(chan struct{}, len(d.nodes))
 	d.inflight.Add(len(d.nodes)) // Close waits for the subscriptions still on their way
 	for i := range d.nodes {
 		go func() {
 			defer d.inflight.Done()
-			ch, stop, err := d.nodes[i].releases.Subscribe(ctx, key)
+			ch, stop, err := sub(d.nodes[i].releases)
 			if err == nil {
 				w.add(ch, stop)
 			}

@@ -1,0 +1,300 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
+	"github.com/dlock-go/dlock/backends/redlock"
+)
+
+// TestReleaseWakesOne: a release wakes one waiter, not every waiter of the key, so a
+// hand-off costs the masters the same few requests however many wait. 100 waiters,
+// each a Locker of its own over the same 5 masters, queue one after the other behind
+// a holder; each
+// releases as soon as it is granted. Over the 100 hand-offs the masters together
+// run at most 3 scripts per master per hand-off (the release, the woken waiter's
+// vote, and slack for a split vote's tie-break). Woken all at once, every waiter
+// would vote at every release: about 50 votes on each master per hand-off.
+func TestReleaseWakesOne(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admins := clients(t, rs)
+	k := key(t)
+	const n = 100
+	holder := newLocker(t, rs)
+	lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, n)
+	for i := range n {
+		// One at a time: a hundred first rounds at once (each dials five masters)
+		// can outlast the first contact's timeout on a loaded machine.
+		l := newLocker(t, rs)
+		go func() {
+			ls, err := l.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
+			if err == nil {
+				err = ls.Release(context.Background())
+			}
+			done <- err
+		}()
+		waitWaiters(t, admins, k, i+1)
+	}
+	for _, c := range admins {
+		if err := c.ConfigResetStat(ctxFor(t, 10*time.Second)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := 0
+	for _, c := range admins {
+		runs += scriptRuns(t, c)
+	}
+	per := float64(runs) / n / masters
+	t.Logf("%d script runs on %d masters for %d hand-offs (%.2f per master each)", runs, masters, n, per)
+	if per > 3 {
+		t.Errorf("%.1f script runs per master per hand-off, want at most 3: a release woke more than one waiter", per)
+	}
+}
+
+// waitWaiters waits until n Lockers wait for k on every master: in its queue of
+// waiters, or (a waiter that looks at every release) listening on its release
+// channel.
+func waitWaiters(t testing.TB, cs []redis.UniversalClient, k string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, c := range cs {
+		for {
+			queued, err := c.ZCard(ctxFor(t, 10*time.Second), redlock.QueueKey(k)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs, err := c.PubSubNumSub(ctxFor(t, 10*time.Second), redisops.Channel(k)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := max(int(queued), int(subs[redisops.Channel(k)]))
+			if got >= n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiters after 30s, want %d", got, n)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
+		}
+	}
+}
+
+// scriptRuns is the number of scripts the server ran since its statistics were last
+// reset (EVAL and EVALSHA, as go-redis sends them).
+func scriptRuns(t testing.TB, c redis.UniversalClient) int {
+	t.Helper()
+	info, err := c.Info(ctxFor(t, 10*time.Second), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				c, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				runs += c
+			}
+		}
+	}
+	return runs
+}
+
+// TestWaiterThatLeavesPassesItsTurn: a waiter whose Acquire is cancelled leaves the
+// queue on every master, so the next release wakes the waiter behind it rather than
+// the one that left. The TTLs are a minute, so a waiter that is not told looks
+// again only after 20s (a third of its TTL); the test wants the grant within 5s.
+func TestWaiterThatLeavesPassesItsTurn(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admins := clients(t, rs)
+	k := key(t)
+	holder, first, second := newLocker(t, rs), newLocker(t, rs), newLocker(t, rs)
+	lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := first.Acquire(ctx, k, dlock.WithTTL(time.Minute))
+		firstDone <- err
+	}()
+	waitWaiters(t, admins, k, 1)
+	got := acquireRelease(t, second, k)
+	waitWaiters(t, admins, k, 2)
+	cancel()
+	if err := <-firstDone; err == nil {
+		t.Fatal("the cancelled Acquire was granted")
+	}
+	for _, c := range admins {
+		if n, err := c.ZCard(ctxFor(t, 10*time.Second), redlock.QueueKey(k)).Result(); err != nil || n != 1 {
+			t.Fatalf("after the first waiter left, a master's queue holds %d waiters (%v), want 1", n, err)
+		}
+	}
+	released := time.Now()
+	if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	grantedWithin(t, got, released, 5*time.Second, "the second waiter was granted %v after the release", "the second waiter was not granted within 5s of the release: the release woke the waiter that had left")
+}
+
+// TestWaitLongerThanTTL: a waiter that waits longer than its lease's TTL is granted a
+// lease that counts its TTL from the round that granted it, not from the start of
+// its wait (which would be over before the grant).
+func TestWaitLongerThanTTL(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admins := clients(t, rs)
+	k := key(t)
+	holder, waiter := newLocker(t, rs), newLocker(t, rs)
+	lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 200 * time.Millisecond
+	type result struct {
+		ls  dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ls, err := waiter.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(ttl))
+		got <- result{ls, err}
+	}()
+	waitWaiters(t, admins, k, 1)
+	time.Sleep(3 * ttl) // the wait must outlast the TTL: only its length matters here
+	if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("a wait of %v with a TTL of %v: %v", 3*ttl, ttl, r.err)
+	}
+	if err := r.ls.Release(ctxFor(t, 10*time.Second)); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
+
+// TestReleasePassesOverWaitersNobodyHears: a place in a master's queue whose waiter
+// does not listen there — its wait ended with a leave that never reached this
+// master — is dropped by the release that finds it first, and the next waiter is
+// told. The stale place is written by hand on every master, first in line and with
+// a deadline an hour away; the live waiter behind it must be granted within 5s of
+// the release (its TTL is a minute: untold, it looks again after 20s).
+func TestReleasePassesOverWaitersNobodyHears(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admins := clients(t, rs)
+	k := key(t)
+	holder, waiter := newLocker(t, rs), newLocker(t, rs)
+	lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireRelease(t, waiter, k)
+	waitWaiters(t, admins, k, 1)
+	for _, c := range admins {
+		now, err := c.Time(ctxFor(t, 10*time.Second)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctxFor(t, 10*time.Second), redlock.QueueKey(k), redis.Z{Score: 1, Member: "gone"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctxFor(t, 10*time.Second), redlock.DeadlineKey(k), redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: "gone"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := time.Now()
+	if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	grantedWithin(t, got, released, 5*time.Second, "the waiter behind the stale place was granted %v after the release", "the waiter was not granted within 5s of the release: the release told the stale place only")
+	for _, c := range admins {
+		if n, err := c.ZScore(ctxFor(t, 10*time.Second), redlock.QueueKey(k), "gone").Result(); err != redis.Nil {
+			t.Errorf("the stale place is still queued (score %v, %v)", n, err)
+		}
+	}
+}
+
+// TestSplitWithoutHolderLooksAgainSoon: a waiter that loses a round in which no
+// value held a majority — the lock split between contenders, nobody's to release —
+// does not wait to be told, since nobody will tell it: it looks again after the
+// retry strategy's short delays. Three masters hold three different values of
+// other programs, without expiry; then a plain DEL (which announces nothing) frees
+// them. The waiter (TTL a minute: untold, it would look again after 20s) must be
+// granted within 5s.
+func TestSplitWithoutHolderLooksAgainSoon(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admins := clients(t, rs)
+	k := key(t)
+	for i, c := range admins[:3] {
+		if err := c.Set(ctxFor(t, 10*time.Second), k, "other"+strconv.Itoa(i), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiter := newLocker(t, rs)
+	got := acquireRelease(t, waiter, k)
+	waitWaiters(t, admins[:3], k, 1)
+	freed := time.Now()
+	for _, c := range admins[:3] {
+		if err := c.Del(ctxFor(t, 10*time.Second), k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grantedWithin(t, got, freed, 5*time.Second, "granted %v after the keys were deleted", "the waiter was not granted within 5s of the lock coming free: it waited to be told")
+}
+
+// grantedWithin waits for the waiter's result on got: it fails t unless the waiter
+// was granted (and released) within d of since. granted is logged with the time
+// taken (one %v); late is the failure.
+func grantedWithin(t *testing.T, got <-chan error, since time.Time, d time.Duration, granted, late string) {
+	t.Helper()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf(granted, time.Since(since).Round(time.Millisecond))
+	case <-time.After(d):
+		t.Fatal(late)
+	}
+}
+
+// acquireRelease starts an Acquire of k on l (TTL a minute) that releases what it is
+// granted; the returned channel gets its outcome.
+func acquireRelease(t *testing.T, l dlock.Locker, k string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(ctxFor(t, 30*time.Second), k, dlock.WithTTL(time.Minute))
+		if err == nil {
+			err = ls.Release(context.Background())
+		}
+		got <- err
+	}()
+	return got
+}

@@ -1,0 +1,164 @@
+// The waiting Acquire (driver.Waiter): waiters queue on every master, and a release
+// wakes the first of them alone, so a hand-off costs the same few requests however
+// many wait.
+
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
+	"github.com/dlock-go/dlock/driver"
+)
+
+var (
+	//go:embed wait.lua
+	waitSrc    string
+	waitScript = redis.NewScript(waitSrc)
+	//go:embed release.lua
+	releaseSrc    string
+	releaseScript = redis.NewScript(releaseSrc)
+)
+
+// queuePrefix starts the key of each lock's queue of waiters on a master, and
+// deadlinePrefix the key of their deadlines (wait.lua).
+const (
+	queuePrefix    = "dlock:rlqueue\xff"
+	deadlinePrefix = "dlock:rlqdead\xff"
+)
+
+// queueKey returns the key of key's queue of waiters on a master (a sorted set:
+// waiter name → arrival), and deadlineKey that of their deadlines (waiter name →
+// server time in ms), both in key's Redis Cluster hash slot.
+func queueKey(key string) string    { return redisops.Tagged(queuePrefix, key) }
+func deadlineKey(key string) string { return redisops.Tagged(deadlinePrefix, key) }
+
+// queued is one waiting Acquire's place in key's queue: the same name and arrival
+// on every master, so that every master's queue has the waiters in the same order
+// and every master's release wakes the same one.
+type queued struct {
+	name    string
+	arrival int64    // microseconds since the epoch on this client's clock, when the wait began
+	keys    []string // the lock, the queue, the deadlines
+}
+
+func newQueued(key string) *queued {
+	return &queued{name: redisops.NewValue(), arrival: time.Now().UnixMicro(),
+		keys: []string{redisops.LockKey(key), queueKey(key), deadlineKey(key)}}
+}
+
+// vote runs wait.lua on c for value: the grant, or the holder's value and remaining
+// TTL with q's place kept for ttl.
+func (q *queued) vote(ctx context.Context, c redis.Scripter, value string, ttl time.Duration) (any, error) {
+	ms := redisops.Millis(ttl)
+	return waitScript.Run(ctx, c, q.keys, value, ms, q.name, q.arrival, ms).Result()
+}
+
+// release runs release.lua on c: it deletes key's lock if it holds value (value ""
+// deletes nothing), takes waiter (if not "") out of key's queue, and wakes the
+// first waiter when the lock is then free. It reports whether value's lock was
+// deleted, by this call or an earlier one.
+func release(ctx context.Context, c redis.Scripter, key, value, waiter string) (bool, error) {
+	keys := []string{redisops.LockKey(key), redisops.ReleasedKey(key, value), queueKey(key), deadlineKey(key)}
+	cluster := "0"
+	if _, ok := c.(*redis.ClusterClient); ok {
+		cluster = "1"
+	}
+	n, err := releaseScript.Run(ctx, c, keys, value, redisops.Channel(key), waiter, cluster).Int64()
+	return n == 1, err
+}
+
+var _ driver.Waiter = (*redlockDriver)(nil)
+
+// Lock waits for key in its queue of waiters on every master (dlock calls it for
+// Acquire without a retry strategy). Each attempt is TryLock's round (steps 1–4,
+// the tie-break included) with wait.lua, which also puts the caller in the queue
+// or renews its place there; the caller listens on its own channel on every
+// master, where a release tells the first waiter of the queue alone. It looks again
+// when told, at each renewal of its place (every third of ttl: a waiter that stops
+// renewing, a crashed process, is dropped at its deadline, ttl after its last
+// look), and when the holder's TTL runs out. When ctx ends it leaves the queue on
+// every master (and tells the next waiter if the lock is free) and returns ctx's
+// error; a grant taken meanwhile is given back by step 4.
+//
+// Not guaranteed: the order. The queue decides whom a release wakes, not who is
+// granted: a caller that asks while the lock is free takes it, ahead of the woken
+// waiter (which stays first and is woken by the next release). A message lost
+// (a master down, a reconnection) or meant for a waiter that has crashed costs a
+// wait of up to a third of ttl.
+func (d *redlockDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	q := newQueued(key)
+	lk, held, err := d.tryLock(ctx, key, ttl, q)
+	var wake <-chan struct{}
+	contended := 0 // rounds in a row lost without a holder
+	for i := 0; ; i++ {
+		if lk != nil {
+			return lk, nil
+		}
+		var busy *driver.BusyError
+		if !errors.As(err, &busy) {
+			d.leave(key, q, ttl)
+			return nil, waitErr(ctx, err)
+		}
+		if i == 0 {
+			// Queued: listen for our turn, then look again at once (the release may
+			// have come before the subscription).
+			w, stop, _ := d.subscribe(func(r *redisops.Releases) (<-chan struct{}, func(), error) {
+				return r.SubscribeTurn(ctx, key, q.name)
+			})
+			defer stop()
+			wake = w
+		} else {
+			delay := max(ttl/3, time.Millisecond)
+			if busy.Remaining > 0 {
+				delay = min(delay, busy.Remaining+time.Millisecond)
+			}
+			if held {
+				contended = 0
+			} else {
+				// No holder to announce a release: a split vote that nobody won, or
+				// grants not yet withdrawn. Look again after a short random delay.
+				contended++
+				delay = min(delay, dlock.DefaultRetry.Backoff(contended))
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-wake:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			d.leave(key, q, ttl)
+			return nil, ctx.Err()
+		}
+		lk, held, err = d.tryLock(ctx, key, ttl, q)
+	}
+}
+
+// leave takes q out of key's queue on every master, best effort, with a fresh
+// context, and waits for the answers (at most the round's longest): what it misses
+// is dropped at q's deadline.
+func (d *redlockDriver) leave(key string, q *queued, ttl time.Duration) {
+	timeout := d.nodeTimeout(ttl)
+	r := d.poll(context.Background(), timeout, func(ctx context.Context, i int) vote {
+		return voteOf(release(ctx, d.nodes[i].c, key, "", q.name))
+	}, nil)
+	waitAtMost(r.settled, max(timeout, FirstContactTimeout))
+}
+
+// waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.
+func waitErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return err
+}

@@ -1,0 +1,63 @@
+-- release.lua: Redlock's release on one master, which wakes one waiter. KEYS[1] is
+-- the lock, KEYS[2] the caller's tombstone (redisops.ReleasedKey), KEYS[3] the
+-- key's queue of waiters and KEYS[4] their deadlines (wait.lua). ARGV[1] is the
+-- caller's owner value ('' for none), ARGV[2] the key's release channel, ARGV[3]
+-- the caller's name in the queue ('' for none), ARGV[4] '1' on a Redis Cluster node.
+--
+-- Deletes the lock if it holds ARGV[1], leaving the tombstone for as long as the
+-- lock had left to live (a release run again after a lost reply returns 1 again),
+-- and takes ARGV[3] out of the queue. Then, if the lock is free and this call
+-- deleted it or only left the queue (ARGV[1] ''; a waiter that gave up may have
+-- taken a wake-up meant for the next one), it drops the waiters whose deadline
+-- passed and publishes on the first remaining waiter's own channel (ARGV[2] .. '#'
+-- .. its name), passing over at most 16 that nobody hears (below): one waiter
+-- wakes per release however many wait. A deletion is
+-- also published on ARGV[2] itself, for waiters that look at every release.
+-- Returns 1 if the lock was deleted by this owner (now or before), else 0.
+if redis.replicate_commands then
+  redis.replicate_commands() -- Redis before 5: writes after TIME need it
+end
+local deleted = false
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  if pttl > 0 then
+    redis.call('SET', KEYS[2], '1', 'PX', pttl)
+  end
+  deleted = true
+end
+local queued = redis.call('EXISTS', KEYS[3]) == 1
+if queued and ARGV[3] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+end
+if (deleted or ARGV[1] == '') and queued and redis.call('EXISTS', KEYS[1]) == 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+    redis.call('ZREM', KEYS[3], gone)
+    redis.call('ZREM', KEYS[4], gone)
+  end
+  -- PUBLISH counts the clients it reached on this server: a first waiter that no
+  -- one hears here (its wait ended with a request this master never got, or it is
+  -- between its first look and its subscription) is dropped from this master's
+  -- queue, and the next one told; a live waiter puts itself back at its next look,
+  -- at its old place. On a Cluster node (ARGV[4] '1') a subscriber may be connected
+  -- to another node: the first waiter is told, and nobody dropped.
+  for _ = 1, 16 do
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not head or redis.call('PUBLISH', ARGV[2] .. '#' .. head, '') > 0 or ARGV[4] == '1' then
+      break
+    end
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('ZREM', KEYS[4], head)
+  end
+end
+if deleted then
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
+end
+if ARGV[1] == '' then
+  return 0
+end
+return redis.call('EXISTS', KEYS[2])
