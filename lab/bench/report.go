@@ -96,16 +96,30 @@ func checks(res *Results) []Check {
 		c.Values = r.Repeats.RawRatio
 		return verdict(c)
 	}
+	// most holds a's value to an absolute limit.
+	most := func(claim, a string, get func(*Row) []float64, limit float64) Check {
+		c := Check{Claim: claim, Limit: limit, AtMost: true}
+		r := res.Row(a)
+		if r == nil {
+			return c
+		}
+		if c.Values = get(r); len(c.Values) == 0 {
+			c.Missing = a
+			return c
+		}
+		return verdict(c)
+	}
 	var out []Check
 	for _, c := range []Check{
 		ratio("redis ≤ 1.05× bsm/redislock (uncontended p50)", "redis", "bsm/redislock", p50, true, 1.05),
 		raw("redis ≤ 1.1× raw SET NX PX + DEL (uncontended p50)", "redis", 1.1),
+		most("redis ≤ 25 allocations per cycle", "redis", allocs, 25),
 		raw("redlock(5) ≤ 1.05× the raw parallel fan-out (uncontended p50)", "redlock(5)", 1.05),
 		ratio("redlock(5) ≤ 1.0× redsync(5) (uncontended p50)", "redlock(5)", "redsync(5)", p50, true, 1.0),
 		ratio("redlock(5) ≤ 1.0× redsync(5) (allocations per cycle)", "redlock(5)", "redsync(5)", allocs, true, 1.0),
 		ratio("redlock(5) ≥ 3× redsync(5) (contended hand-offs/s)", "redlock(5)", "redsync(5)", rate, false, 3),
 		ratio("zk ≤ 1.0× zk.Lock (uncontended p50)", "zk", "zk.Lock", p50, true, 1.0),
-		ratio("zk ≥ 1.0× zk.Lock (contended hand-offs/s)", "zk", "zk.Lock", rate, false, 1.0),
+		ratio("zk ≥ 1.2× zk.Lock (contended hand-offs/s)", "zk", "zk.Lock", rate, false, 1.2),
 		ratio("etcd ≤ 1.05× etcd-mutex (uncontended p50)", "etcd", "etcd-mutex", p50, true, 1.05),
 		ratio("etcd ≥ 3× etcd-mutex (contended hand-offs/s)", "etcd", "etcd-mutex", rate, false, 3),
 		raw("mysql ≤ 1.15× raw INSERT + DELETE (uncontended p50)", "mysql", 1.15),
@@ -121,15 +135,21 @@ func checks(res *Results) []Check {
 			continue
 		}
 		if r.Repeats != nil && len(r.Repeats.MaxOverMean) > 0 {
-			out = append(out, verdict(Check{Claim: r.Name + ": longest wait ≤ 10× mean wait (8 clients)", Values: r.Repeats.MaxOverMean, Limit: 10, AtMost: true}))
+			out = append(out, verdict(Check{Claim: r.Name + ": longest wait ≤ 5× mean wait (8 clients)", Values: r.Repeats.MaxOverMean, Limit: 5, AtMost: true}))
 		}
 		if s := r.Scaling; s != nil && len(s.Points) > 1 {
 			first, last := s.Points[0], s.Points[len(s.Points)-1]
-			out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: hand-offs/s with %d waiters ≥ 0.5× with %d", r.Name, last.Waiters, first.Waiters),
-				Values: []float64{s.Ratio()}, Limit: 0.5}))
+			// Issue 30's goals: a Redlock hand-off waits for a majority of masters,
+			// so its rate may fall further with the load of more waiters.
+			floor := 0.7
+			if strings.HasPrefix(r.Name, "redlock") {
+				floor = 0.5
+			}
+			out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: hand-offs/s with %d waiters ≥ %.1f× with %d", r.Name, last.Waiters, floor, first.Waiters),
+				Values: []float64{s.Ratio()}, Limit: floor}))
 			if g := s.Growth(); g > 0 {
-				out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: store requests per hand-off with %d waiters ≤ 1.5× with %d (flat)", r.Name, last.Waiters, first.Waiters),
-					Values: []float64{g}, Limit: 1.5, AtMost: true}))
+				out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: store requests per hand-off with %d waiters ≤ 1.2× with %d (flat)", r.Name, last.Waiters, first.Waiters),
+					Values: []float64{g}, Limit: 1.2, AtMost: true}))
 			}
 		}
 	}
