@@ -243,6 +243,7 @@ type Row struct {
 	MultiKey    *MultiKey           `json:",omitempty"`
 	Primitives  *Primitives         `json:",omitempty"` // semaphores and read-write locks (primitives.go)
 	Scaling     *Scaling            `json:",omitempty"` // contended with Config.Waiters clients (scaling.go)
+	PrimScaling []PrimScale         `json:",omitempty"` // the same on semaphores, read-write locks, elections (primscaling.go)
 	// Repeats holds each repetition's figures (Config.Repeat): Uncontended and
 	// Contended above are the repetition with the median.
 	Repeats *Repeats `json:",omitempty"`
@@ -573,6 +574,14 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 					r.MultiKey = &m
 				}
 				return fmt.Sprintf("%d keys at once p50 %v, %d single leases p50 %v (%.2f×)", setSize, m.Set.P50, setSize, m.Singles.P50, m.Ratio), err
+			})
+			step(MPrimScaling, func(ctx context.Context) (string, error) {
+				ps, err := primScaling(ctx, e, t, cfg.TTL, primWaiters(cfg.Waiters), cfg.Duration)
+				r.PrimScaling = ps
+				if errors.Is(err, errors.ErrUnsupported) {
+					return "no primitives", nil
+				}
+				return primScalingString(ps), err
 			})
 			step(MPrimitives, func(ctx context.Context) (string, error) {
 				p, err := primitives(ctx, e.ep, t, cfg.TTL, cfg.Warmup, cfg.Rounds/4, cfg.Duration)

@@ -488,3 +488,29 @@ func BenchmarkAllocs(b *testing.B) {
 		})
 	}
 }
+
+// TestPrimScalingRows: a primitive's scaling shows as a row of its own, under the
+// mutex's columns of waiters (a number it was not measured with shows "–"), and
+// gets the flatness targets of the mutex.
+func TestPrimScalingRows(t *testing.T) {
+	pts := func(ns ...int) []ScalePoint {
+		var out []ScalePoint
+		for _, n := range ns {
+			out = append(out, ScalePoint{Waiters: n, TransferRate: 100, PerHandoff: 10})
+		}
+		return out
+	}
+	res := &Results{Rows: []Row{{Name: "redis", Kind: Backend, Scaling: &Scaling{Points: pts(8, 32, 100)},
+		PrimScaling: []PrimScale{{Primitive: "semaphore(4)", Scaling: &Scaling{Points: pts(8, 100)}}}}}}
+	md := res.scalingMarkdown()
+	if !strings.Contains(md, "| redis semaphore(4) | 100; 10.0 | – | 100; 10.0 |") {
+		t.Errorf("the semaphore's row is not under the mutex's columns:\n%s", md)
+	}
+	found := false
+	for _, c := range checks(res) {
+		found = found || c.Claim == "redis semaphore(4): hand-offs/s with 100 waiters ≥ 0.7× with 8"
+	}
+	if !found {
+		t.Errorf("no flatness target for the semaphore: %+v", checks(res))
+	}
+}

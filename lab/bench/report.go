@@ -137,7 +137,10 @@ func checks(res *Results) []Check {
 		if r.Repeats != nil && len(r.Repeats.MaxOverMean) > 0 {
 			out = append(out, verdict(Check{Claim: r.Name + ": longest wait ≤ 5× mean wait (8 clients)", Values: r.Repeats.MaxOverMean, Limit: 5, AtMost: true}))
 		}
-		if s := r.Scaling; s != nil && len(s.Points) > 1 {
+		flat := func(name string, s *Scaling) {
+			if s == nil || len(s.Points) < 2 {
+				return
+			}
 			first, last := s.Points[0], s.Points[len(s.Points)-1]
 			// Issue 30's goals: a Redlock hand-off waits for a majority of masters,
 			// so its rate may fall further with the load of more waiters.
@@ -145,12 +148,16 @@ func checks(res *Results) []Check {
 			if strings.HasPrefix(r.Name, "redlock") {
 				floor = 0.5
 			}
-			out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: hand-offs/s with %d waiters ≥ %.1f× with %d", r.Name, last.Waiters, floor, first.Waiters),
+			out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: hand-offs/s with %d waiters ≥ %.1f× with %d", name, last.Waiters, floor, first.Waiters),
 				Values: []float64{s.Ratio()}, Limit: floor}))
 			if g := s.Growth(); g > 0 {
-				out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: store requests per hand-off with %d waiters ≤ 1.2× with %d (flat)", r.Name, last.Waiters, first.Waiters),
+				out = append(out, verdict(Check{Claim: fmt.Sprintf("%s: store requests per hand-off with %d waiters ≤ 1.2× with %d (flat)", name, last.Waiters, first.Waiters),
 					Values: []float64{g}, Limit: 1.2, AtMost: true}))
 			}
+		}
+		flat(r.Name, r.Scaling)
+		for _, p := range r.PrimScaling {
+			flat(r.Name+" "+p.Primitive, p.Scaling)
 		}
 	}
 	return out
@@ -277,25 +284,51 @@ func (l Load) Sentence() string {
 // scalingMarkdown is the table of the scaling measurement ("" without one).
 func (r *Results) scalingMarkdown() string {
 	var b strings.Builder
+	type named struct {
+		name string
+		s    *Scaling
+	}
+	var all []named
 	for _, row := range r.Rows {
-		s := row.Scaling
+		all = append(all, named{row.Name, row.Scaling})
+		for _, p := range row.PrimScaling {
+			all = append(all, named{row.Name + " " + p.Primitive, p.Scaling})
+		}
+	}
+	var cols []int // the numbers of waiters, from the row with the most points
+	for _, row := range all {
+		if row.s != nil && len(row.s.Points) > len(cols) {
+			cols = cols[:0]
+			for _, p := range row.s.Points {
+				cols = append(cols, p.Waiters)
+			}
+		}
+	}
+	for _, row := range all {
+		s := row.s
 		if s == nil || len(s.Points) == 0 {
 			continue
 		}
 		if b.Len() == 0 {
 			b.WriteString("\nWaiters on one key (hand-offs/s; store requests per hand-off):\n\n| target |")
-			for _, p := range s.Points {
-				fmt.Fprintf(&b, " %d waiters |", p.Waiters)
+			for _, n := range cols {
+				fmt.Fprintf(&b, " %d waiters |", n)
 			}
 			b.WriteString(" most/fewest hand-offs/s | requests per hand-off, most/fewest |\n|---|")
-			for range s.Points {
+			for range cols {
 				b.WriteString("--:|")
 			}
 			b.WriteString("--:|--:|\n")
 		}
-		fmt.Fprintf(&b, "| %s |", mdEscape(row.Name))
-		for _, p := range s.Points {
-			fmt.Fprintf(&b, " %s |", p.Cell())
+		fmt.Fprintf(&b, "| %s |", mdEscape(row.name))
+		for _, n := range cols {
+			cell := "–"
+			for _, p := range s.Points {
+				if p.Waiters == n {
+					cell = p.Cell()
+				}
+			}
+			fmt.Fprintf(&b, " %s |", cell)
 		}
 		fmt.Fprintf(&b, " %s | %s |\n", ratioCell(s.Ratio()), ratioCell(s.Growth()))
 	}

@@ -101,10 +101,17 @@ func speedOf(res *bench.Results) *report.Speed {
 		if k != nil && r.Kind != bench.Raw {
 			s.Handoffs = append(s.Handoffs, report.Rate{Backend: r.Name, Clients: k.Clients, PerSecond: k.TransferRate})
 		}
-		if r.Scaling != nil {
-			for _, p := range r.Scaling.Points {
-				s.Scaling = append(s.Scaling, report.ScalePoint{Backend: r.Name, Waiters: p.Waiters, Handoffs: p.TransferRate, PerHandoff: p.PerHandoff})
+		scaled := func(name string, sc *bench.Scaling) {
+			if sc == nil {
+				return
 			}
+			for _, p := range sc.Points {
+				s.Scaling = append(s.Scaling, report.ScalePoint{Backend: name, Waiters: p.Waiters, Handoffs: p.TransferRate, PerHandoff: p.PerHandoff})
+			}
+		}
+		scaled(r.Name, r.Scaling)
+		for _, p := range r.PrimScaling {
+			scaled(r.Name+" "+p.Primitive, p.Scaling)
 		}
 	}
 	for _, ch := range res.Checks {
