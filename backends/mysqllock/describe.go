@@ -178,6 +178,10 @@ FROM %s WHERE lock_key = ? AND (owner = ? OR expires_at > UTC_TIMESTAMP(6))`, fu
 			}
 			return nil
 		}
+		if row.kind == writerPlace { // a waiting writer, not a holder
+			prim.Waiters = append(prim.Waiters, dldriver.Entry{Owner: hex.EncodeToString(row.owner), TTL: left(row.remaining)})
+			return nil
+		}
 		prim.Holders = append(prim.Holders, dldriver.Entry{Owner: hex.EncodeToString(row.owner), Token: row.token,
 			TTL: left(row.remaining), Shared: row.kind == modeShared})
 		return nil
@@ -185,7 +189,7 @@ FROM %s WHERE lock_key = ? AND (owner = ? OR expires_at > UTC_TIMESTAMP(6))`, fu
 	if err != nil {
 		return nil, err
 	}
-	if len(prim.Holders) > 0 {
+	if len(prim.Holders)+len(prim.Waiters) > 0 {
 		out = append(out, prim)
 	}
 

@@ -23,7 +23,11 @@ import (
 // statement — four round trips with BEGIN and COMMIT, against one for the mutex.
 // Refresh and release are one owner-checked statement each. The settings row is
 // kept, so tokens keep counting up per key. There is no queue: waiters poll (cut to
-// the first holder's remaining time), with neither order nor writer preference.
+// the first holder's remaining time), in no order, except that a read-write lock
+// prefers writers: an exclusive acquirer that waits (LockRW) keeps a place row
+// (mode writerPlace) with an expiry of its TTL, renewed at each look, and no shared
+// lease is granted while a live place exists; its grant overwrites the place (the
+// same primary key), and the end of its wait deletes it.
 
 // HoldersTable is the name of the table of the semaphores and read-write locks that
 // go with the lock table named table.
@@ -70,6 +74,11 @@ WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 	primReleaseSQL = `DELETE FROM %s WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 	// primTidySQL deletes a holder, live or not. Arguments: key, owner.
 	primTidySQL = `DELETE FROM %s WHERE lock_key = ? AND owner = ?`
+	// primPlaceSQL takes or renews a waiting writer's place. Arguments: key, owner,
+	// ttl µs.
+	primPlaceSQL = `INSERT INTO %s (lock_key, owner, kind, lim, token, expires_at) VALUES
+  (?, ?, '` + writerPlace + `', 0, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)`
 )
 
 const (
@@ -78,12 +87,14 @@ const (
 	modePermit    = "permit"
 	modeShared    = "shared"
 	modeExclusive = "exclusive"
+	// writerPlace is the mode of a waiting writer's place row: not a holder.
+	writerPlace = "wwait"
 )
 
-type primStatements struct{ rows, grant, sweep, refresh, release, tidy *sql.Stmt }
+type primStatements struct{ rows, grant, sweep, refresh, release, tidy, place *sql.Stmt }
 
 func (s *primStatements) close() {
-	for _, st := range []*sql.Stmt{s.rows, s.grant, s.sweep, s.refresh, s.release, s.tidy} {
+	for _, st := range []*sql.Stmt{s.rows, s.grant, s.sweep, s.refresh, s.release, s.tidy, s.place} {
 		if st != nil {
 			st.Close()
 		}
@@ -94,7 +105,8 @@ func (s *primStatements) close() {
 func (d *tableDriver) primStmts(ctx context.Context) (*primStatements, error) {
 	return prepareOnce(ctx, d, &d.prims, HoldersTable(d.cfg.table), func(s *primStatements) []stmtDef {
 		return []stmtDef{{&s.rows, primRowsSQL}, {&s.grant, primGrantSQL},
-			{&s.sweep, primSweepSQL}, {&s.refresh, primRefreshSQL}, {&s.release, primReleaseSQL}, {&s.tidy, primTidySQL}}
+			{&s.sweep, primSweepSQL}, {&s.refresh, primRefreshSQL}, {&s.release, primReleaseSQL}, {&s.tidy, primTidySQL},
+			{&s.place, primPlaceSQL}}
 	})
 }
 
@@ -122,15 +134,63 @@ func prepareOnce[T any](ctx context.Context, d *tableDriver, slot **T, table str
 }
 
 func (d *tableDriver) TryLockSemaphore(ctx context.Context, key string, limit int, ttl time.Duration) (driver.Lock, error) {
-	return d.primAcquire(ctx, key, kindSemaphore, limit, modePermit, ttl)
+	return d.primAcquire(ctx, key, kindSemaphore, limit, modePermit, ttl, newOwner(), false)
 }
 
 func (d *tableDriver) TryLockRW(ctx context.Context, key string, shared bool, ttl time.Duration) (driver.Lock, error) {
-	mode := modeExclusive
+	return d.primAcquire(ctx, key, kindRW, 0, rwMode(shared), ttl, newOwner(), false)
+}
+
+func rwMode(shared bool) string {
 	if shared {
-		mode = modeShared
+		return modeShared
 	}
-	return d.primAcquire(ctx, key, kindRW, 0, mode, ttl)
+	return modeExclusive
+}
+
+var _ driver.RWWaiter = (*tableDriver)(nil)
+
+// LockRW waits for key's read-write lock (driver.RWWaiter), polling as dlock's
+// default retry strategy does (cut to the first holder's remaining time, and at
+// least every third of ttl). An exclusive waiter keeps a writer's place (see above)
+// from its first refusal: no shared lease is granted while it waits, so it gets in
+// once the holders before it are done, however many readers keep coming. When ctx
+// ends it deletes its place; a waiter that crashed keeps readers out until its
+// place expires (at most ttl after its last look). Writers are not ordered among
+// themselves, nor readers.
+func (d *tableDriver) LockRW(ctx context.Context, key string, shared bool, ttl time.Duration) (driver.Lock, error) {
+	s, err := d.primStmts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	me := &primLock{s: s, key: []byte(key), owner: newOwner()} // tidy gives the place up
+	renew := max(ttl/3, time.Millisecond)
+	for tries := 1; ; tries++ {
+		lk, err := d.primAcquire(ctx, key, kindRW, 0, rwMode(shared), ttl, me.owner, !shared)
+		var busy *driver.BusyError
+		if !errors.As(err, &busy) {
+			if err != nil && !shared {
+				me.tidy()
+			}
+			return lk, waitErr(ctx, err)
+		}
+		delay := min(renew, dlock.DefaultRetry.Backoff(tries))
+		if busy.Remaining > 0 {
+			delay = min(delay, busy.Remaining+time.Millisecond)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			if !shared {
+				me.tidy()
+			}
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // primRow is one row of a key, as primRowsSQL reads it.
@@ -143,12 +203,15 @@ type primRow struct {
 	remaining int64 // µs
 }
 
-func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit int, mode string, ttl time.Duration) (driver.Lock, error) {
+// primAcquire makes one attempt at key's primitive for owner, in one transaction.
+// With place (an exclusive waiter), a refusal takes or renews owner's writer's
+// place.
+func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit int, mode string, ttl time.Duration, owner []byte, place bool) (driver.Lock, error) {
 	s, err := d.primStmts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	lk := &primLock{s: s, key: []byte(key), owner: newOwner()}
+	lk := &primLock{s: s, key: []byte(key), owner: owner, validFrom: time.Now()}
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
@@ -158,13 +221,17 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 	if err != nil {
 		return nil, busyOnDeadlock(err)
 	}
-	var settings *primRow
+	var settings, writer *primRow // writer: another waiting writer's live place
 	var live []primRow
 	expired := false
 	for i := range rows {
 		switch r := &rows[i]; {
 		case string(r.owner) == string(settingsOwner):
 			settings = r
+		case r.live && r.kind == writerPlace:
+			if string(r.owner) != string(owner) && (writer == nil || r.remaining < writer.remaining) {
+				writer = r
+			}
 		case r.live:
 			live = append(live, *r)
 		default:
@@ -184,7 +251,18 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 		for _, r := range live {
 			first = min(first, r.remaining)
 		}
+		if place {
+			if _, err := tx.StmtContext(ctx, s.place).ExecContext(ctx, lk.key, lk.owner, micros(ttl)); err != nil {
+				return nil, busyOnDeadlock(err)
+			}
+			if err := tx.Commit(); err != nil {
+				return nil, busyOnDeadlock(err)
+			}
+		}
 		return nil, driver.Busy(time.Duration(first) * time.Microsecond)
+	}
+	if mode == modeShared && writer != nil { // a writer waits: readers wait behind it
+		return nil, driver.Busy(time.Duration(writer.remaining) * time.Microsecond)
 	}
 	if expired {
 		if _, err := tx.StmtContext(ctx, s.sweep).ExecContext(ctx, lk.key, settingsOwner); err != nil {
@@ -252,13 +330,18 @@ func newOwner() []byte {
 
 // primLock is one lease of a semaphore or read-write lock.
 type primLock struct {
-	s     *primStatements
-	key   []byte
-	owner []byte
-	token uint64
+	s         *primStatements
+	key       []byte
+	owner     []byte
+	token     uint64
+	validFrom time.Time // before the attempt that granted it
 }
 
 func (l *primLock) Token() uint64 { return l.token }
+
+// ValidFrom is the moment the granting attempt began (driver.ValidFrom): a waiter's
+// lease counts its TTL from there, not from the start of its wait.
+func (l *primLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *primLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	res, err := l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner)

@@ -85,7 +85,7 @@ func declareTable(u *url.URL) (spec.Capabilities, error) {
 	}
 	return spec.Capabilities{Fencing: true, PerLeaseTTL: true, Refresh: true, MinTTL: MinTTL, FIFO: c.fifo,
 		Semaphore: &spec.Primitive{Native: true, Fencing: true},
-		RWLock:    &spec.Primitive{Native: true, Fencing: true, Weaknesses: []spec.Property{spec.WriterProgress}},
+		RWLock:    &spec.Primitive{Native: true, Fencing: true, WriterPreference: true},
 		Election:  &spec.Primitive{Native: true, Fencing: true},
 		MultiKey:  &spec.Primitive{Native: true, Fencing: true}}, nil
 }
