@@ -8,3 +8,7 @@ func QueueKey(key string) string { return queueKey(key) }
 
 // DeadlineKey is the key of the deadlines of key's waiters on a master (queue.go).
 func DeadlineKey(key string) string { return deadlineKey(key) }
+
+// VoteHash and WaitHash are the SHA1 digests of vote.lua and wait.lua, as EVALSHA
+// names them.
+var VoteHash, WaitHash = voteScript.Hash(), waitScript.Hash()

@@ -334,3 +334,59 @@ func acquireRelease(t *testing.T, l dlock.Locker, k string) <-chan error {
 	}()
 	return got
 }
+
+// TestUncontendedAcquireDoesNotQueue: an Acquire of a free lock is TryAcquire's
+// round — vote.lua on every master — with nothing of the queue (no place, no
+// wait.lua), so it costs what TryAcquire costs. Every master logs every command
+// (SLOWLOG with a threshold of 0); the test reads what the Acquire sent.
+func TestUncontendedAcquireDoesNotQueue(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admins := clients(t, rs)
+	l := redlock.New(clients(t, rs), redlock.WithNodeTimeout(time.Minute))
+	t.Cleanup(func() { l.Close() })
+	k := key(t)
+	for _, c := range admins {
+		if err := c.ConfigSet(ctxFor(t, 10*time.Second), "slowlog-log-slower-than", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SlowLogReset(ctxFor(t, 10*time.Second)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := l.Acquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil { // waits for the requests beyond the majority
+		t.Fatal(err)
+	}
+	for _, c := range admins {
+		log, err := c.SlowLogGet(ctxFor(t, 10*time.Second), 128).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		votes := 0
+		for _, e := range log {
+			if len(e.Args) < 2 || !strings.EqualFold(e.Args[0], "evalsha") {
+				continue
+			}
+			switch e.Args[1] {
+			case redlock.WaitHash:
+				t.Errorf("%v: the uncontended Acquire sent wait.lua", c)
+			case redlock.VoteHash:
+				votes++
+			}
+		}
+		if votes != 1 {
+			t.Errorf("%v: the Acquire sent vote.lua %d times, want once", c, votes)
+		}
+	}
+	for _, c := range admins {
+		if n, err := c.Exists(ctxFor(t, 10*time.Second), redlock.QueueKey(k), redlock.DeadlineKey(k)).Result(); err != nil || n != 0 {
+			t.Errorf("%v: %d queue keys after an uncontended Acquire (%v), want none", c, n, err)
+		}
+	}
+}

@@ -49,8 +49,9 @@ type queued struct {
 	keys    []string // the lock, the queue, the deadlines
 }
 
-func newQueued(key string) *queued {
-	return &queued{name: redisops.NewValue(), arrival: time.Now().UnixMicro(),
+// newQueued is a place for a wait on key that began at arrival.
+func newQueued(key string, arrival time.Time) *queued {
+	return &queued{name: redisops.NewValue(), arrival: arrival.UnixMicro(),
 		keys: []string{redisops.LockKey(key), queueKey(key), deadlineKey(key)}}
 }
 
@@ -78,10 +79,12 @@ func release(ctx context.Context, c redis.Scripter, key, value, waiter string) (
 var _ driver.Waiter = (*redlockDriver)(nil)
 
 // Lock waits for key in its queue of waiters on every master (dlock calls it for
-// Acquire without a retry strategy). Each attempt is TryLock's round (steps 1–4,
-// the tie-break included) with wait.lua, which also puts the caller in the queue
-// or renews its place there; the caller listens on its own channel on every
-// master, where a release tells the first waiter of the queue alone. It looks again
+// Acquire without a retry strategy). Its first attempt is TryLock's round (steps
+// 1–4, the tie-break included), so an uncontended Acquire costs what TryAcquire
+// costs. After a refusal the caller listens on its own channel on every master,
+// where a release tells the first waiter of the queue alone, and each further
+// attempt is the same round with wait.lua, which also puts the caller in the queue
+// (at the time its wait began) or renews its place there. It looks again
 // when told, at each renewal of its place (every third of ttl: a waiter that stops
 // renewing, a crashed process, is dropped at its deadline, ttl after its last
 // look), and when the holder's TTL runs out. When ctx ends it leaves the queue on
@@ -94,8 +97,9 @@ var _ driver.Waiter = (*redlockDriver)(nil)
 // (a master down, a reconnection) or meant for a waiter that has crashed costs a
 // wait of up to a third of ttl.
 func (d *redlockDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	q := newQueued(key)
-	lk, held, err := d.tryLock(ctx, key, ttl, q)
+	arrival := time.Now()
+	var q *queued // the place in the queue, from the second attempt on
+	lk, held, err := d.tryLock(ctx, key, ttl, nil)
 	var wake <-chan struct{}
 	contended := 0 // rounds in a row lost without a holder
 	for i := 0; ; i++ {
@@ -108,8 +112,9 @@ func (d *redlockDriver) Lock(ctx context.Context, key string, ttl time.Duration)
 			return nil, waitErr(ctx, err)
 		}
 		if i == 0 {
-			// Queued: listen for our turn, then look again at once (the release may
-			// have come before the subscription).
+			// Refused: listen for our turn, then look again at once, queueing (the
+			// release may have come before the subscription).
+			q = newQueued(key, arrival)
 			w, stop, _ := d.subscribe(func(r *redisops.Releases) (<-chan struct{}, func(), error) {
 				return r.SubscribeTurn(ctx, key, q.name)
 			})
@@ -148,6 +153,9 @@ func (d *redlockDriver) Lock(ctx context.Context, key string, ttl time.Duration)
 // context, and waits for the answers (at most the round's longest): what it misses
 // is dropped at q's deadline.
 func (d *redlockDriver) leave(key string, q *queued, ttl time.Duration) {
+	if q == nil {
+		return // never queued
+	}
 	timeout := d.nodeTimeout(ttl)
 	r := d.poll(context.Background(), timeout, func(ctx context.Context, i int) vote {
 		return voteOf(release(ctx, d.nodes[i].c, key, "", q.name))

@@ -26,7 +26,8 @@
 //     majority extended the lock within its validity, Release when a majority deleted
 //     it (owner-checked: only keys holding our value are touched).
 //
-// Waiters queue on every master (Lock, in queue.go): each master keeps the waiters
+// An Acquire's first attempt is TryAcquire's round. Once refused, waiters queue on
+// every master (Lock, in queue.go): each master keeps the waiters
 // in the order of an arrival time the waiter chose, the same on every master, and a
 // release tells the first waiter alone, so one waiter looks per release however
 // many wait. The queue decides whom a release wakes, not who is granted: a free lock
