@@ -39,15 +39,21 @@ const createElectionTable = `CREATE TABLE IF NOT EXISTS %s (
   PRIMARY KEY (name, term)
 ) ENGINE=InnoDB`
 
-// campaignSQL inserts the next term if every term of the election has ended (or
-// there is none): one row from the aggregate, or none by the HAVING. Two campaigns
-// that both find no live term insert the same term number: the primary key lets
-// one win. LAST_INSERT_ID reports the term. Arguments: name, owner, value, ttl µs,
-// name.
-const campaignSQL = `INSERT INTO %s (name, term, owner, value, expires_at)
-SELECT ?, LAST_INSERT_ID(COALESCE(MAX(term), 0) + 1), ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-FROM %[1]s WHERE name = ?
-HAVING COALESCE(MAX(expires_at), ` + freeAt + `) <= UTC_TIMESTAMP(6)`
+// A campaign is two statements, neither of which locks what it reads: headSQL
+// reads the last term of the election and whether it is live by the database
+// server's clock (a consistent read); when it has ended (or there is none),
+// campaignSQL inserts the next term. Only the last term can be live: a term is
+// inserted only when the one before has ended, and an ended term never comes back
+// (refresh needs a live row). Two campaigns that both find the last term ended
+// insert the same term number: the primary key lets one win. (One INSERT … SELECT
+// took shared next-key locks on the election's rows: with 100 candidates their
+// inserts deadlocked and waited on each other until almost no term was won.)
+// headSQL's argument: name. campaignSQL's: name, term, owner, value, ttl µs.
+const (
+	headSQL     = `SELECT term, expires_at > UTC_TIMESTAMP(6) FROM %s WHERE name = ? ORDER BY term DESC LIMIT 1`
+	campaignSQL = `INSERT INTO %s (name, term, owner, value, expires_at)
+VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+)
 
 // The term's row, owner-checked. Arguments: (ttl µs,) name, term, owner.
 const (
@@ -62,10 +68,10 @@ WHERE name = ? AND term = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 	pruneSQL    = `DELETE FROM %s WHERE name = ? AND term < ?`
 )
 
-type electionStatements struct{ campaign, refresh, resign, tidy, leader, last, terms, prune *sql.Stmt }
+type electionStatements struct{ head, campaign, refresh, resign, tidy, leader, last, terms, prune *sql.Stmt }
 
 func (s *electionStatements) close() {
-	for _, st := range []*sql.Stmt{s.campaign, s.refresh, s.resign, s.tidy, s.leader, s.last, s.terms, s.prune} {
+	for _, st := range []*sql.Stmt{s.head, s.campaign, s.refresh, s.resign, s.tidy, s.leader, s.last, s.terms, s.prune} {
 		if st != nil {
 			st.Close()
 		}
@@ -94,7 +100,7 @@ func migrateElections(ctx context.Context, db *sql.DB, table string) error {
 // table is Migrate's, as the lock table is).
 func (d *tableDriver) electionStmts(ctx context.Context) (*electionStatements, error) {
 	return prepareOnce(ctx, d, &d.elections, d.electionTable(), func(s *electionStatements) []stmtDef {
-		return []stmtDef{{&s.campaign, campaignSQL}, {&s.refresh, termRefreshSQL},
+		return []stmtDef{{&s.head, headSQL}, {&s.campaign, campaignSQL}, {&s.refresh, termRefreshSQL},
 			{&s.resign, termResignSQL}, {&s.tidy, termTidySQL}, {&s.leader, leaderSQL}, {&s.last, lastTermSQL},
 			{&s.terms, termsSQL}, {&s.prune, pruneSQL}}
 	})
@@ -109,8 +115,17 @@ func (d *tableDriver) TryCampaign(ctx context.Context, name, value string, ttl t
 	if _, err := rand.Read(tm.owner[:]); err != nil {
 		return nil, fmt.Errorf("owner id: %w", err)
 	}
-	res, err := s.campaign.ExecContext(ctx, tm.name, tm.owner[:], []byte(value), micros(ttl), tm.name)
-	won, err := affected(res, err)
+	var last uint64
+	var live bool
+	switch err := s.head.QueryRowContext(ctx, tm.name).Scan(&last, &live); {
+	case errors.Is(err, sql.ErrNoRows): // the first term
+	case err != nil:
+		return nil, fmt.Errorf("campaign: %w", err)
+	case live:
+		return nil, driver.Busy(0)
+	}
+	tm.term = last + 1
+	_, err = s.campaign.ExecContext(ctx, tm.name, tm.term, tm.owner[:], []byte(value), micros(ttl))
 	var me *mysql.MySQLError
 	switch {
 	case errors.As(err, &me) && (me.Number == erDupEntry || me.Number == erLockDeadlock):
@@ -120,15 +135,7 @@ func (d *tableDriver) TryCampaign(ctx context.Context, name, value string, ttl t
 			tm.tidyUp(d) // it may have run on the server after the client gave up
 		}
 		return nil, fmt.Errorf("campaign: %w", err)
-	case !won:
-		return nil, driver.Busy(0)
 	}
-	id, err := res.LastInsertId()
-	if err != nil || id <= 0 {
-		tm.tidyUp(d)
-		return nil, fmt.Errorf("campaign: the server returned term %d (%v)", id, err)
-	}
-	tm.term = uint64(id)
 	if tm.term%100 == 0 && tm.term > keptTerms {
 		_, _ = s.prune.ExecContext(ctx, tm.name, tm.term-keptTerms)
 	}
