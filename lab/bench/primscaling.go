@@ -26,7 +26,7 @@ func init() { Measurements = append(Measurements, MPrimScaling) }
 // PrimWriters is the number of writers among the read-write lock's clients.
 const PrimWriters = 4
 
-// PrimWaiters are the numbers of clients of the primitives' scaling: the fewest and
+// primWaiters returns the numbers of clients of the primitives' scaling: the fewest and
 // the most of the mutex's (Config.Waiters).
 func primWaiters(waiters []int) []int {
 	if len(waiters) < 2 {
