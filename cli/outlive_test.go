@@ -200,7 +200,7 @@ func outliveTrial(t *testing.T, tg outliveTarget, m lossMode, i int) (time.Durat
 }
 
 // backgroundStamp is a command that starts "child stamp FILE A" in the background,
-// waits until it has written its first stamp, and exits 0; stop kills the
+// waits until it has written its second stamp, and exits 0; stop kills the
 // background process if it outlived its dlock run (call it before the test ends).
 func backgroundStamp(file string) (cmd []string, stop func()) {
 	pidFile := file + ".pid"
@@ -211,7 +211,10 @@ func backgroundStamp(file string) (cmd []string, stop func()) {
 			}
 		}
 	}
-	return []string{"sh", "-c", `"$0" stamp "$1" A & echo $! >"$1.pid"; while [ ! -s "$1" ]; do :; done; exit 0`, childBin, file}, stop
+	// The second stamp, not the first: the child prints "ready" after its first, and
+	// dlock run kills the background process as soon as this shell exits, which
+	// could fall between the two (the test then never sees "ready").
+	return []string{"sh", "-c", `"$0" stamp "$1" A & echo $! >"$1.pid"; while [ ! -s "$1" ] || [ "$(wc -l <"$1")" -lt 2 ]; do :; done; exit 0`, childBin, file}, stop
 }
 
 // outputEnds fails the test unless every process holding p's stdout exits.
