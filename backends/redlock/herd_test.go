@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,22 +88,13 @@ func holdEverywhere(t testing.TB, l dlock.Locker, cs []redis.UniversalClient, k 
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, c := range cs {
-		for {
-			n, err := c.Exists(ctxFor(t, 10*time.Second), k).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%v: the holder's grant has not landed after 30s", c)
-			}
-			time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
+	untilEveryMaster(t, cs, func(c redis.UniversalClient) (bool, string) {
+		n, err := c.Exists(ctxFor(t, 10*time.Second), k).Result()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		return n == 1, "the holder's grant has not landed"
+	})
 	return ls
 }
 
@@ -111,25 +103,35 @@ func holdEverywhere(t testing.TB, l dlock.Locker, cs []redis.UniversalClient, k 
 // channel.
 func waitWaiters(t testing.TB, cs []redis.UniversalClient, k string, n int) {
 	t.Helper()
+	untilEveryMaster(t, cs, func(c redis.UniversalClient) (bool, string) {
+		queued, err := c.ZCard(ctxFor(t, 10*time.Second), redlock.QueueKey(k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs, err := c.PubSubNumSub(ctxFor(t, 10*time.Second), redisops.Channel(k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := max(int(queued), int(subs[redisops.Channel(k)]))
+		return got >= n, fmt.Sprintf("%d waiters, want %d", got, n)
+	})
+}
+
+// untilEveryMaster polls each master's state until ok says it is there, and fails
+// the test with ok's description after 30s. There is no signal for a master's state.
+func untilEveryMaster(t testing.TB, cs []redis.UniversalClient, ok func(redis.UniversalClient) (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, c := range cs {
 		for {
-			queued, err := c.ZCard(ctxFor(t, 10*time.Second), redlock.QueueKey(k)).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			subs, err := c.PubSubNumSub(ctxFor(t, 10*time.Second), redisops.Channel(k)).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := max(int(queued), int(subs[redisops.Channel(k)]))
-			if got >= n {
+			done, what := ok(c)
+			if done {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%v: %d waiters after 30s, want %d", c, got, n)
+				t.Fatalf("%v: after 30s: %s", c, what)
 			}
-			time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
@@ -336,14 +338,16 @@ func acquireRelease(t *testing.T, l dlock.Locker, k string) <-chan error {
 }
 
 // TestUncontendedAcquireDoesNotQueue: an Acquire of a free lock is TryAcquire's
-// round — vote.lua on every master — with nothing of the queue (no place, no
-// wait.lua), so it costs what TryAcquire costs. Every master logs every command
-// (SLOWLOG with a threshold of 0); the test reads what the Acquire sent.
+// round — vote.lua — with nothing of the queue (no place, no wait.lua), so it costs
+// what TryAcquire costs. Every master logs every command (SLOWLOG with a threshold
+// of 0); the test reads what the Acquire sent. A majority must have got vote.lua
+// once, and no master more than once: the Acquire returns at the majority, its
+// context ends then, and a master whose request had not gone out by then (a
+// goroutine scheduled late on a loaded machine) is not sent it.
 func TestUncontendedAcquireDoesNotQueue(t *testing.T) {
 	rs := privateMasters(t, masters, false)
 	admins := clients(t, rs)
-	l := redlock.New(clients(t, rs), redlock.WithNodeTimeout(time.Minute))
-	t.Cleanup(func() { l.Close() })
+	l := patientLocker(t, rs)
 	k := key(t)
 	for _, c := range admins {
 		if err := c.ConfigSet(ctxFor(t, 10*time.Second), "slowlog-log-slower-than", "0").Err(); err != nil {
@@ -363,6 +367,7 @@ func TestUncontendedAcquireDoesNotQueue(t *testing.T) {
 	if err := l.Close(); err != nil { // waits for the requests beyond the majority
 		t.Fatal(err)
 	}
+	voted := 0
 	for _, c := range admins {
 		log, err := c.SlowLogGet(ctxFor(t, 10*time.Second), 128).Result()
 		if err != nil {
@@ -380,9 +385,13 @@ func TestUncontendedAcquireDoesNotQueue(t *testing.T) {
 				votes++
 			}
 		}
-		if votes != 1 {
-			t.Errorf("%v: the Acquire sent vote.lua %d times, want once", c, votes)
+		if votes > 1 {
+			t.Errorf("%v: the Acquire sent vote.lua %d times, want at most once", c, votes)
 		}
+		voted += votes
+	}
+	if quorum := masters/2 + 1; voted < quorum {
+		t.Errorf("vote.lua reached %d masters, want at least a majority (%d)", voted, quorum)
 	}
 	for _, c := range admins {
 		if n, err := c.Exists(ctxFor(t, 10*time.Second), redlock.QueueKey(k), redlock.DeadlineKey(k)).Result(); err != nil || n != 0 {
