@@ -11,4 +11,4 @@ func DeadlineKey(key string) string { return deadlineKey(key) }
 
 // VoteHash and WaitHash are the SHA1 digests of vote.lua and wait.lua, as EVALSHA
 // names them.
-var VoteHash, WaitHash = voteScript.Hash(), waitScript.Hash()
+var VoteHash, WaitHash = voteScript.hash, waitScript.hash

@@ -115,8 +115,9 @@ func (d *redlockDriver) tryLock(ctx context.Context, key string, ttl time.Durati
 	judged := make(chan struct{})
 	var keep bool
 	judge := func(k bool) { keep = k; close(judged) }
+	call := voteCall(key, value, ttl, q)
 	r := d.poll(ctx, timeout, func(ctx context.Context, i int) vote {
-		return d.acquireVote(ctx, i, key, value, ttl, q)
+		return d.acquireVote(ctx, i, call)
 	}, func(v vote, won bool) {
 		// Step 4: a master that granted, or whose answer was lost, may hold our value.
 		// A refusal is an atomic "held by another", and a request never sent did
@@ -143,7 +144,7 @@ func (d *redlockDriver) tryLock(ctx context.Context, key string, ttl time.Durati
 	}
 	if r.ctxErr == nil && d.holdsSplitGate(r, key, longest) {
 		judge(true)
-		if lk := d.claim(ctx, r, key, value, ttl, start, longest, q); lk != nil {
+		if lk := d.claim(ctx, r, key, value, ttl, start, longest, q, call); lk != nil {
 			return lk, false, nil
 		}
 	} else {
@@ -191,10 +192,11 @@ func (d *redlockDriver) busyFor(r *round) time.Duration {
 	return rem[need-1]
 }
 
-// releaseNode deletes key on master i if it holds value, takes waiter (if not "")
-// out of key's queue there, and wakes the first waiter of the queue (release.lua).
-func (d *redlockDriver) releaseNode(ctx context.Context, i int, key, value, waiter string) vote {
-	return voteOf(release(ctx, d.nodes[i].c, key, value, waiter))
+// releaseNode sends call (releaseCall) to master i: it deletes the key there if it
+// holds the caller's value, takes the caller's place (if any) out of the key's
+// queue, and wakes the first waiter of the queue (release.lua).
+func (d *redlockDriver) releaseNode(ctx context.Context, i int, call scriptCall) vote {
+	return voteOf(release(ctx, d.nodes[i].c, call))
 }
 
 // withdrawNode deletes key on master i if it holds value, without an announcement:
@@ -303,12 +305,13 @@ func (l *lock) outcome(r *round, what string) error {
 // it, and an error wrapping dlock.ErrUnavailable when too few clear answers came
 // (Unlock may then be retried; masters already done are not asked again).
 func (l *lock) Unlock(ctx context.Context) error {
+	call := releaseCall(l.key, l.value, l.waiter)
 	r := l.d.poll(ctx, l.d.nodeTimeout(l.ttl), func(ctx context.Context, i int) vote {
 		if l.released[i].Load() {
 			return vote{answer: yes}
 		}
 		l.awaitAcquire(i)
-		v := l.d.releaseNode(ctx, i, l.key, l.value, l.waiter)
+		v := l.d.releaseNode(ctx, i, call)
 		if v.answer == yes {
 			l.released[i].Store(true)
 		}

@@ -21,10 +21,10 @@ import (
 var (
 	//go:embed wait.lua
 	waitSrc    string
-	waitScript = redis.NewScript(waitSrc)
+	waitScript = newScript(waitSrc)
 	//go:embed release.lua
 	releaseSrc    string
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = newScript(releaseSrc)
 )
 
 // queuePrefix starts the key of each lock's queue of waiters on a master, and
@@ -55,25 +55,30 @@ func newQueued(key string, arrival time.Time) *queued {
 		keys: []string{redisops.LockKey(key), queueKey(key), deadlineKey(key)}}
 }
 
-// vote runs wait.lua on c for value: the grant, or the holder's value and remaining
-// TTL with q's place kept for ttl.
-func (q *queued) vote(ctx context.Context, c redis.Scripter, value string, ttl time.Duration) (any, error) {
-	ms := redisops.Millis(ttl)
-	return waitScript.Run(ctx, c, q.keys, value, ms, q.name, q.arrival, ms).Result()
+// releaseCall lays out release.lua for key, value and waiter (see release), once
+// for every master of a round.
+func releaseCall(key, value, waiter string) scriptCall {
+	keys := []string{redisops.LockKey(key), redisops.ReleasedKey(key, value), queueKey(key), deadlineKey(key)}
+	return newCall(releaseScript, keys, value, redisops.Channel(key), waiter, "0")
 }
 
-// release runs release.lua on c: it deletes key's lock if it holds value (value ""
-// deletes nothing), takes waiter (if not "") out of key's queue, and wakes the
-// first waiter when the lock is then free. It reports whether value's lock was
+// release runs call (releaseCall) on c: it deletes key's lock if it holds value
+// (value "" deletes nothing), takes waiter (if not "") out of key's queue, and wakes
+// the first waiter when the lock is then free. It reports whether value's lock was
 // deleted, by this call or an earlier one.
-func release(ctx context.Context, c redis.Scripter, key, value, waiter string) (bool, error) {
-	keys := []string{redisops.LockKey(key), redisops.ReleasedKey(key, value), queueKey(key), deadlineKey(key)}
-	cluster := "0"
+func release(ctx context.Context, c redis.UniversalClient, call scriptCall) (bool, error) {
 	if _, ok := c.(*redis.ClusterClient); ok {
-		cluster = "1"
+		call = call.with(3, "1") // release.lua's ARGV[4]: a Cluster node
 	}
-	n, err := releaseScript.Run(ctx, c, keys, value, redisops.Channel(key), waiter, cluster).Int64()
-	return n == 1, err
+	v, err := call.run(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return false, fmt.Errorf("redlock: release.lua replied %T, want an integer", v)
+	}
+	return n == 1, nil
 }
 
 var _ driver.Waiter = (*redlockDriver)(nil)
@@ -157,8 +162,9 @@ func (d *redlockDriver) leave(key string, q *queued, ttl time.Duration) {
 		return // never queued
 	}
 	timeout := d.nodeTimeout(ttl)
+	call := releaseCall(key, "", q.name)
 	r := d.poll(context.Background(), timeout, func(ctx context.Context, i int) vote {
-		return voteOf(release(ctx, d.nodes[i].c, key, "", q.name))
+		return voteOf(release(ctx, d.nodes[i].c, call))
 	}, nil)
 	waitAtMost(r.settled, max(timeout, FirstContactTimeout))
 }

@@ -23,28 +23,30 @@ import (
 	"slices"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 )
 
 var (
 	//go:embed vote.lua
 	voteSrc    string
-	voteScript = redis.NewScript(voteSrc)
+	voteScript = newScript(voteSrc)
 )
 
-// acquireVote asks master i for key on behalf of value (vote.lua; with q, wait.lua,
-// which also keeps q's place in key's queue): yes, or no with the holder's value and
-// remaining TTL, or failed.
-func (d *redlockDriver) acquireVote(ctx context.Context, i int, key, value string, ttl time.Duration, q *queued) vote {
-	var res any
-	var err error
+// voteCall lays out the acquire vote for value (acquireVote), once for every master
+// of a round: vote.lua, or with q wait.lua, which also keeps q's place in key's
+// queue of waiters.
+func voteCall(key, value string, ttl time.Duration, q *queued) scriptCall {
+	ms := any(redisops.Millis(ttl))
 	if q == nil {
-		res, err = voteScript.Run(ctx, d.nodes[i].c, []string{redisops.LockKey(key)}, value, redisops.Millis(ttl)).Result()
-	} else {
-		res, err = q.vote(ctx, d.nodes[i].c, value, ttl)
+		return newCall(voteScript, []string{redisops.LockKey(key)}, value, ms)
 	}
+	return newCall(waitScript, q.keys, value, ms, q.name, q.arrival, ms)
+}
+
+// acquireVote sends call (voteCall) to master i: yes, or no with the holder's value
+// and remaining TTL, or failed.
+func (d *redlockDriver) acquireVote(ctx context.Context, i int, call scriptCall) vote {
+	res, err := call.run(ctx, d.nodes[i].c)
 	if err != nil {
 		return vote{answer: failed, err: err}
 	}
@@ -115,7 +117,7 @@ func (d *redlockDriver) holdsSplitGate(r *round, key string, longest time.Durati
 // majority holds value, or the answers show another value with a majority, or the
 // claim window (twice longest, within the lease's validity) ends. It returns the lock,
 // or nil after giving back (and announcing) whatever it held.
-func (d *redlockDriver) claim(ctx context.Context, first *round, key, value string, ttl time.Duration, start time.Time, longest time.Duration, q *queued) *lock {
+func (d *redlockDriver) claim(ctx context.Context, first *round, key, value string, ttl time.Duration, start time.Time, longest time.Duration, q *queued, call scriptCall) *lock {
 	timeout := d.nodeTimeout(ttl)
 	deadline := time.Now().Add(2 * longest)
 	if valid := start.Add(ttl - d.cfg.drift(ttl)); valid.Before(deadline) {
@@ -133,7 +135,7 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 			if had[i] {
 				return vote{answer: yes}
 			}
-			return d.acquireVote(ctx, i, key, value, ttl, q)
+			return d.acquireVote(ctx, i, call)
 		}, nil)
 		waitAtMost(r.settled, longest)
 		votes := ended(r)
@@ -169,8 +171,9 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 // releaseAll deletes key on every master where it holds value, announcing it, and
 // waits for the answers (at most longest).
 func (d *redlockDriver) releaseAll(ctx context.Context, key, value string, timeout, longest time.Duration) {
+	call := releaseCall(key, value, "")
 	r := d.poll(context.WithoutCancel(ctx), timeout, func(ctx context.Context, i int) vote {
-		return d.releaseNode(ctx, i, key, value, "")
+		return d.releaseNode(ctx, i, call)
 	}, nil)
 	waitAtMost(r.settled, longest)
 }
