@@ -2,10 +2,13 @@ package redlock_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redlock"
@@ -123,24 +126,38 @@ func TestThreeOfFiveKilledUnavailable(t *testing.T) {
 }
 
 // With 3 of 5 masters hung (SIGSTOP: connections open, no answers), ErrUnavailable
-// comes after about one per-node timeout.
+// comes after about one per-node timeout — also on clients without
+// ContextTimeoutEnabled, which do not end a request at its context's deadline (they
+// wait up to their ReadTimeout, 5s): the per-node timeout's own timer counts the
+// hung masters as failed.
 func TestHungMajorityUnavailable(t *testing.T) {
-	rs := privateMasters(t, masters, false)
-	l := newLocker(t, rs)
-	warm(t, l)
-	pause(t, rs[0], rs[1], rs[2])
-	t0 := time.Now()
-	_, err := l.Acquire(ctxFor(t, time.Minute), key(t))
-	took := time.Since(t0)
-	if !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("3 of 5 masters hung: want ErrUnavailable, got %v", err)
+	for _, ctxTimeouts := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeouts), func(t *testing.T) {
+			rs := privateMasters(t, masters, false)
+			cs := make([]redis.UniversalClient, len(rs))
+			for i, r := range rs {
+				c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: ctxTimeouts})
+				t.Cleanup(func() { c.Close() })
+				cs[i] = c
+			}
+			l := redlock.New(cs)
+			t.Cleanup(func() { l.Close() })
+			warm(t, l)
+			pause(t, rs[0], rs[1], rs[2])
+			t0 := time.Now()
+			_, err := l.Acquire(ctxFor(t, time.Minute), key(t))
+			took := time.Since(t0)
+			if !errors.Is(err, dlock.ErrUnavailable) {
+				t.Fatalf("3 of 5 masters hung: want ErrUnavailable, got %v", err)
+			}
+			nt := redlock.NodeTimeout(dlock.DefaultTTL)
+			if took < nt || took > unavailableBound {
+				t.Errorf("3 of 5 masters hung: ErrUnavailable after %v, want after the per-node timeout %v and within %v", took, nt, unavailableBound)
+			}
+			t.Logf("ErrUnavailable after %v (per-node timeout %v)", took.Round(time.Millisecond), nt)
+			resume(t, rs[0], rs[1], rs[2])
+		})
 	}
-	nt := redlock.NodeTimeout(dlock.DefaultTTL)
-	if took < nt || took > unavailableBound {
-		t.Errorf("3 of 5 masters hung: ErrUnavailable after %v, want after the per-node timeout %v and within %v", took, nt, unavailableBound)
-	}
-	t.Logf("ErrUnavailable after %v (per-node timeout %v)", took.Round(time.Millisecond), nt)
-	resume(t, rs[0], rs[1], rs[2])
 }
 
 // warm makes one acquire+release on l so that its connections are open.

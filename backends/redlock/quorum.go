@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +48,37 @@ type round struct {
 	settled chan struct{}
 	ended   []chan struct{} // per master: closed when its request has ended
 	final   []vote          // per master: its request's outcome, set before ended[i] closes
+
+	in       chan vote     // the first vote of each master, to poll's count
+	reported []atomic.Bool // per master: its first vote went to in
+
+	// The per-node timeout of the requests sent at once (sharedDeadline): one
+	// context and one timer for all of them, from the round's start.
+	start     time.Time
+	timeout   time.Duration
+	sharedCtx context.Context
+	endShared context.CancelFunc
+	sharedEnd *time.Timer
+	shared    []atomic.Bool // per master: its request runs under sharedCtx
+}
+
+// timedOut reports a timeout vote for every master whose request runs under the
+// round's shared deadline and has not answered (time.AfterFunc calls it then).
+func (r *round) timedOut() {
+	for i := range r.shared {
+		if r.shared[i].Load() {
+			r.report(i, vote{answer: failed, err: errNodeTimeout{r.timeout}, sent: true})
+		}
+	}
+}
+
+// report passes master i's vote to the count, unless one was passed already (the
+// per-node timeout's vote, or the request's own).
+func (r *round) report(i int, v vote) {
+	if r.reported[i].CompareAndSwap(false, true) {
+		v.node = i
+		r.in <- v
+	}
 }
 
 // poll sends op to every master in parallel, each request bounded by timeout (a
@@ -60,11 +90,14 @@ type round struct {
 // it gets the request's real outcome.
 func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool)) *round {
 	n := len(d.nodes)
-	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n), final: make([]vote, n)}
+	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n), final: make([]vote, n),
+		votes: make([]vote, 0, n), in: make(chan vote, n), reported: make([]atomic.Bool, n),
+		start: time.Now(), timeout: timeout, shared: make([]atomic.Bool, n)}
 	for i := range r.ended {
 		r.ended[i] = make(chan struct{})
 	}
-	votes := make(chan vote, n)
+	r.sharedCtx, r.endShared = context.WithTimeout(ctx, timeout)
+	r.sharedEnd = time.AfterFunc(timeout, r.timedOut)
 	decided := make(chan struct{})
 	var left atomic.Int32
 	left.Store(int32(n))
@@ -72,23 +105,18 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 	for i := range d.nodes {
 		go func() {
 			defer d.inflight.Done()
-			var once sync.Once
-			report := func(v vote) {
-				once.Do(func() {
-					v.node = i
-					votes <- v
-				})
-			}
-			v := d.send(ctx, decided, i, timeout, op, report)
+			v := d.send(ctx, r, decided, i, timeout, op)
 			v.node = i
 			r.final[i] = v
 			close(r.ended[i])
-			report(v)
+			r.report(i, v)
 			if then != nil {
 				<-decided
 				then(v, r.won) // the real outcome, even if it came after the timeout
 			}
 			if left.Add(-1) == 0 {
+				r.sharedEnd.Stop()
+				r.endShared()
 				close(r.settled)
 			}
 		}()
@@ -97,7 +125,7 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 	var ayes, nays int
 	for ayes < d.quorum && nays <= n-d.quorum {
 		select {
-		case v := <-votes:
+		case v := <-r.in:
 			r.votes = append(r.votes, v)
 			if v.answer == yes {
 				ayes++
@@ -115,12 +143,12 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 
 // send runs op for master i once it has a slot, and returns its outcome. It gives
 // up without sending when ctx has ended, or when it has to wait for a slot and ctx
-// ends or the round is decided first. The per-node
-// timeout runs from the moment the request is sent: op's ctx ends then, and report
-// gets a timeout vote then even if op does not return (go-redis only obeys ctx
-// deadlines on the socket with Options.ContextTimeoutEnabled; otherwise it waits up
-// to its ReadTimeout).
-func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int, timeout time.Duration, op func(ctx context.Context, i int) vote, report func(vote)) vote {
+// ends or the round is decided first. When the per-node timeout ends, op's ctx ends
+// and the count gets a timeout vote, even if op does not return (go-redis only
+// obeys ctx deadlines on the socket with Options.ContextTimeoutEnabled; otherwise it
+// waits up to its ReadTimeout). The timeout runs from the moment the request is
+// sent, except for a request that goes out at once (sharedDeadline).
+func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struct{}, i int, timeout time.Duration, op func(ctx context.Context, i int) vote) vote {
 	slots := d.nodes[i].slots
 	if err := ctx.Err(); err != nil {
 		return vote{answer: failed, err: err}
@@ -129,9 +157,11 @@ func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int
 	// goroutine scheduled late on a loaded machine): a lost round's tie-break needs
 	// the gate's answer (tiebreak.go). Only a request that would wait for a slot is
 	// given up once the outcome is known.
+	waited := false
 	select {
 	case slots <- struct{}{}:
 	default:
+		waited = true
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -142,13 +172,19 @@ func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int
 	}
 	defer func() { <-slots }()
 	nd := &d.nodes[i]
-	if !nd.contacted.Load() {
-		timeout = max(timeout, FirstContactTimeout)
+	nctx := r.sharedCtx
+	if !waited && nd.contacted.Load() && time.Since(r.start) <= timeout/sharedDeadline {
+		r.shared[i].Store(true)
+	} else {
+		if !nd.contacted.Load() {
+			timeout = max(timeout, FirstContactTimeout)
+		}
+		timer := time.AfterFunc(timeout, func() { r.report(i, vote{answer: failed, err: errNodeTimeout{timeout}, sent: true}) })
+		defer timer.Stop()
+		var cancel context.CancelFunc
+		nctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	timer := time.AfterFunc(timeout, func() { report(vote{answer: failed, err: errNodeTimeout{timeout}, sent: true}) })
-	defer timer.Stop()
-	nctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	v := op(nctx, i)
 	v.sent = true
 	nd.contacted.Store(true)
@@ -157,6 +193,15 @@ func (d *redlockDriver) send(ctx context.Context, decided <-chan struct{}, i int
 	}
 	return v
 }
+
+// sharedDeadline: a request sent at once — a free slot, a master already contacted,
+// at most timeout/sharedDeadline after the round began — runs under the round's
+// per-node timeout, which began with the round, so one context and one timer serve
+// every such request of the round (they were a third of an uncontended
+// Acquire+Release's allocations). Such a request gets at least 3/4 of the timeout;
+// a later one (a goroutine scheduled late on a loaded machine, a request that waited
+// for a slot) gets a timeout of its own from the moment it is sent.
+const sharedDeadline = 4
 
 // errNotSent is the vote of a master whose request was still waiting for a slot when
 // the round was decided.

@@ -67,6 +67,12 @@ type config struct {
 // the default, NodeTimeout(ttl). A larger timeout costs nothing while a
 // majority answers quickly (the decision does not wait for the slow ones); it makes a
 // failing attempt, and dlock.ErrUnavailable, come later when masters hang.
+//
+// A request that goes out as soon as its round begins (a free slot, a master this
+// Locker has already talked to) has the timeout from the round's start, shared
+// with the round's other such requests, and at least three quarters of it left
+// when it is sent; any other request has the whole timeout from the moment it is
+// sent.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) { c.nodeTimeout = d }
 }
