@@ -46,8 +46,8 @@ const createElectionTable = `CREATE TABLE IF NOT EXISTS %s (
 // inserted only when the one before has ended, and an ended term never comes back
 // (refresh needs a live row). Two campaigns that both find the last term ended
 // insert the same term number: the primary key lets one win. (One INSERT … SELECT
-// took shared next-key locks on the election's rows: with 100 candidates their
-// inserts deadlocked and waited on each other until almost no term was won.)
+// took shared next-key locks on the election's rows, and 100 candidates' inserts
+// deadlocked on each other: 4025 deadlocks in 2s against 4 terms won.)
 // headSQL's argument: name. campaignSQL's: name, term, owner, value, ttl µs.
 const (
 	headSQL     = `SELECT term, expires_at > UTC_TIMESTAMP(6) FROM %s WHERE name = ? ORDER BY term DESC LIMIT 1`
