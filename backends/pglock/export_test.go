@@ -8,3 +8,6 @@ func SetCandidate(f func(key string, i int) int64) (restore func()) {
 	candidate = f
 	return func() { candidate = old }
 }
+
+// Discard is discard: it drops a pooled connection whose session may hold locks.
+var Discard = discard

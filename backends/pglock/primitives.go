@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/internal/generic"
@@ -165,7 +164,7 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 		return rows.Err()
 	}()
 	if err != nil {
-		discardTx(conn)
+		discard(conn)
 		if isSerialization(err) {
 			return nil, driver.Busy(0)
 		}
@@ -199,8 +198,12 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 		return nil
 	}()
 	if verdict != nil {
-		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-			discardTx(conn)
+		// Not cut off by ctx: the rollback frees the settings row at once and keeps
+		// the connection.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tidyTimeout)
+		defer cancel()
+		if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+			discard(conn)
 		}
 		return nil, verdict
 	}
@@ -213,7 +216,7 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 	b.Queue(s.hold, lk.key, lk.owner, mode, int64(lk.token), micros(ttl))
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		discardTx(conn)
+		discard(conn)
 		if ctx.Err() != nil { // the commit may have reached the server: undo what it may have granted
 			lk.tidyUp()
 		}
@@ -223,13 +226,6 @@ func (d *tableDriver) primAcquire(ctx context.Context, key, kind string, limit i
 		return nil, fmt.Errorf("acquire: %w", err)
 	}
 	return lk, nil
-}
-
-// discardTx drops a connection whose transaction is in an unknown state.
-func discardTx(conn *pgxpool.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
-	defer cancel()
-	_ = conn.Conn().Close(ctx)
 }
 
 // primLock is one lease of a semaphore or read-write lock.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/pglock"
 	"github.com/dlock-go/dlock/conformance"
@@ -121,5 +123,69 @@ func TestTLSAndPrivilegeRefusals(t *testing.T) {
 	_, err := dlock.Open(ctxFor(t, 30*time.Second), "postgres://"+base+"?table=missing&"+pki.URLQuery())
 	if err == nil || !strings.Contains(err.Error(), "permission denied") || strings.Contains(err.Error(), secretPassword) {
 		t.Errorf("a missing table without CREATE: want a permission error, got %v", err)
+	}
+}
+
+// TestDiscardEndsTheSession: a connection dropped with a transaction open (an
+// acquire cut off by its ctx between its statements) ends its session at once, also
+// over TLS after a write that timed out — what an ending ctx does to a request being
+// sent. crypto/tls refuses every write after one timed out, so pgx's own close could
+// not send Terminate, and its background drain kept the session, and the
+// transaction's locks, for 15 seconds: a read-write lock stayed full after its
+// holder released (RWCancellation in CI, 2026-12-06).
+func TestDiscardEndsTheSession(t *testing.T) {
+	p, pki, db, base := secureServer(t)
+	cfg, err := pgxpool.ParseConfig("postgres://" + base + "?sslmode=require")
+	if err != nil {
+		t.Fatal(strings.ReplaceAll(err.Error(), secretPassword, "…"))
+	}
+	cfg.ConnConfig.TLSConfig, cfg.ConnConfig.Fallbacks = pki.ClientTLS(), nil
+	cfg.ConnConfig.TLSConfig.ServerName = "localhost"
+	ctx := ctxFor(t, 30*time.Second)
+	locker, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	conn, err := locker.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"BEGIN", "SELECT pg_advisory_xact_lock(7)"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			conn.Release()
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	pid := conn.Conn().PgConn().PID()
+	// The write of ROLLBACK times out, as it does when ctx ends while it is sent.
+	if err := conn.Conn().PgConn().Conn().SetWriteDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err == nil {
+		t.Fatal("ROLLBACK was sent past its write deadline")
+	}
+	pglock.Discard(conn)
+	// The server ends a session whose client is gone when it reads from it; pgx's
+	// drain ended this one after 15 s. The bound only has to tell the two apart.
+	admin := pool(t, p.URL(db))
+	const bound = 5 * time.Second
+	start := time.Now()
+	for {
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Since(start) > bound {
+			t.Fatalf("the dropped connection's session (process %d) still ran %v later, holding its transaction's locks", pid, bound)
+		}
+		time.Sleep(10 * time.Millisecond) // the server's session list: nothing signals a session's end
+	}
+	var free bool
+	if err := admin.QueryRow(ctx, "SELECT pg_try_advisory_lock(7)").Scan(&free); err != nil || !free {
+		t.Fatalf("the dropped transaction's lock: free %v, err %v", free, err)
 	}
 }
