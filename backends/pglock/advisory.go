@@ -2,10 +2,8 @@ package pglock
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,34 +297,6 @@ func unlockFor(shared bool) string {
 func isQueryCanceled(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "57014"
-}
-
-// discard drops a pooled connection whose session may hold locks (a transaction
-// left open, advisory locks) and gives it back to the pool, which drops it. It cuts
-// the TCP connection first: the server ends a session, freeing its locks, as soon
-// as it reads the end of its connection. pgx's own close is not enough: after a
-// request cut off by its ctx, pgx closes in the background (a cancel request,
-// Terminate, then up to 15 s waiting for the server to close), and over TLS a write
-// that timed out makes every later write fail (crypto/tls), so Terminate never left
-// and the session kept its locks for those 15 s.
-func discard(conn *pgxpool.Conn) {
-	pg := conn.Conn().PgConn()
-	if s := socketOf(pg); s != nil {
-		_ = s.Close()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-	defer cancel()
-	_ = pg.Close(ctx)
-	conn.Release()
-}
-
-// socketOf returns the TCP connection under pg's (under TLS too), or nil.
-func socketOf(pg *pgconn.PgConn) net.Conn {
-	nc := pg.Conn()
-	if t, ok := nc.(*tls.Conn); ok {
-		nc = t.NetConn()
-	}
-	return nc
 }
 
 func (d *advisoryDriver) Close() error {

@@ -3,6 +3,7 @@ package pglock
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // dialTracker keeps every connection a pool it made dials (its sessions, and the
@@ -139,4 +141,32 @@ func unusable(pg *pgconn.PgConn) bool {
 		over = n > 0 || (n == 0 && err == nil) || (err != nil && err != syscall.EAGAIN && err != syscall.EWOULDBLOCK)
 	})
 	return over
+}
+
+// discard drops a pooled connection whose session may hold locks (a transaction
+// left open, advisory locks) and gives it back to the pool, which drops it. It cuts
+// the TCP connection first: the server ends a session, freeing its locks, as soon
+// as it reads the end of its connection. pgx's own close is not enough: after a
+// request cut off by its ctx, pgx closes in the background (a cancel request,
+// Terminate, then up to 15 s waiting for the server to close), and over TLS a write
+// that timed out makes every later write fail (crypto/tls), so Terminate never left
+// and the session kept its locks for those 15 s.
+func discard(conn *pgxpool.Conn) {
+	pg := conn.Conn().PgConn()
+	if s := socketOf(pg); s != nil {
+		_ = s.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	_ = pg.Close(ctx)
+	conn.Release()
+}
+
+// socketOf returns the TCP connection under pg's (under TLS too), or nil.
+func socketOf(pg *pgconn.PgConn) net.Conn {
+	nc := pg.Conn()
+	if t, ok := nc.(*tls.Conn); ok {
+		nc = t.NetConn()
+	}
+	return nc
 }
