@@ -235,7 +235,7 @@ type Row struct {
 
 	Uncontended *measure.Latency    `json:",omitempty"`
 	RawRatio    float64             `json:",omitempty"` // Uncontended p50 / the baseline's p50
-	Contended   *measure.Contention `json:",omitempty"`
+	Contended   *Contention         `json:",omitempty"`
 	ManyKeys    *measure.Throughput `json:",omitempty"`
 	Crash       *Crash              `json:",omitempty"`
 	Allocs      *Allocs             `json:",omitempty"`
@@ -259,6 +259,7 @@ type Repeats struct {
 	RawRatio     []float64       `json:",omitempty"` // uncontended p50 / the baseline's in the same repetition
 	TransferRate []float64       `json:",omitempty"` // contended hand-offs/s
 	MaxOverMean  []float64       `json:",omitempty"` // contended longest wait / mean wait
+	MaxRounds    []float64       `json:",omitempty"` // contended longest wait in rounds of the other clients (Contention.MaxRounds)
 }
 
 // Crash is the outcome of the vanished-holder measurement.
@@ -479,7 +480,7 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 		}
 	}
 	if !cfg.skips(MContended) {
-		cs := map[string][]measure.Contention{}
+		cs := map[string][]Contention{}
 		for rep := range cfg.Repeat {
 			for _, t := range targets {
 				r := rows[t.Name]
@@ -499,6 +500,7 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 				cs[t.Name] = append(cs[t.Name], c)
 				reps(r).TransferRate = append(reps(r).TransferRate, c.TransferRate)
 				reps(r).MaxOverMean = append(reps(r).MaxOverMean, c.MaxOverMean())
+				reps(r).MaxRounds = append(reps(r).MaxRounds, c.MaxRounds())
 				progress(fmt.Sprintf("%-20s contended (%d/%d) %s", t.Name, rep+1, cfg.Repeat, c))
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -131,14 +132,75 @@ func uncontended(ctx context.Context, ep Endpoints, base *baseline, targets []Ta
 	}
 }
 
-// contended runs n clients of t on one key for d (measure.Contend, no hold time).
-func contended(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, n int, d time.Duration) (measure.Contention, error) {
+// Contention is measure.Contention with how often a waiter was passed over.
+type Contention struct {
+	measure.Contention
+	// MaxPassed is the most grants to other clients while one Acquire waited. A
+	// fair queue of n clients passes a waiter n-1 times at most, once by each
+	// client ahead of it (one more may be counted: a grant made before the request
+	// reached the store but counted after it was sent); a lock that lets a
+	// releasing client barge back in passes some waiters many times. Unlike the
+	// longest wait in time, it does not grow with the machine's stalls: a holder
+	// descheduled for a few milliseconds makes every wait of a fair queue long,
+	// and passes no one. It does count the client's own stalls before its request
+	// reaches the store: the other clients go on meanwhile. A wait cut off when
+	// the run ends counts; an Acquire that failed with dlock.ErrUnavailable and
+	// was made again counts from the new call.
+	MaxPassed int `json:",omitempty"`
+}
+
+// MaxRounds is MaxPassed in rounds of the other clients, MaxPassed / (Clients-1):
+// 1 for a fair queue, 5 when a waiter saw each other client take the lock five
+// times (0 with fewer than two clients).
+func (c Contention) MaxRounds() float64 {
+	if c.Clients < 2 {
+		return 0
+	}
+	return float64(c.MaxPassed) / float64(c.Clients-1)
+}
+
+// passCount counts the grants of a contended run in the order they are made, and
+// the most of them one Acquire waited through.
+type passCount struct {
+	granted, max atomic.Int64
+}
+
+// passCounted is a client of a contended run whose Acquire is counted in a
+// passCount, also one that ends without the lock. A grant is counted before Acquire returns, so before the lease can be
+// released and the next grant made: the count is in grant order.
+type passCounted struct {
+	dlock.Locker
+	c *passCount
+}
+
+func (l passCounted) Acquire(ctx context.Context, key string, opts ...dlock.Option) (dlock.Lease, error) {
+	before := l.c.granted.Load()
+	ls, err := l.Locker.Acquire(ctx, key, opts...)
+	// A wait that ends without the lock (the run is over) counts too: a client
+	// that never got the lock was passed over by every grant of the run.
+	passed := l.c.granted.Load() - before
+	for m := l.c.max.Load(); passed > m && !l.c.max.CompareAndSwap(m, passed); m = l.c.max.Load() {
+	}
+	if err == nil {
+		l.c.granted.Add(1)
+	}
+	return ls, err
+}
+
+// contended runs n clients of t on one key for d (measure.Contend, no hold time),
+// counting how often a waiter was passed over.
+func contended(ctx context.Context, ep Endpoints, t Target, ttl time.Duration, n int, d time.Duration) (Contention, error) {
 	ls, err := openN(ctx, t, ep, ttl, n)
 	if err != nil {
-		return measure.Contention{}, err
+		return Contention{}, err
 	}
-	c, err := measure.Contend(ctx, ls, key(ep, t.Name, "c"), d, 0, dlock.WithTTL(ttl))
-	return c, errors.Join(err, closeAll(ls))
+	var count passCount
+	counted := make([]dlock.Locker, len(ls))
+	for i, l := range ls {
+		counted[i] = passCounted{l, &count}
+	}
+	c, err := measure.Contend(ctx, counted, key(ep, t.Name, "c"), d, 0, dlock.WithTTL(ttl))
+	return Contention{Contention: c, MaxPassed: int(count.max.Load())}, errors.Join(err, closeAll(ls))
 }
 
 // manyKeys runs n clients of t over keys keys for d (measure.ManyKeys).

@@ -60,7 +60,7 @@ func runBench(ctx context.Context, chosen []target, d time.Duration, trials, rep
 func speedOf(res *bench.Results) *report.Speed {
 	c := res.Config
 	s := &report.Speed{Columns: []string{"kind", "uncontended p50", "p99", "× raw round trips",
-		fmt.Sprintf("hand-offs/s (%d clients)", c.Clients), "longest wait", "Jain fairness",
+		fmt.Sprintf("hand-offs/s (%d clients)", c.Clients), "longest wait", "longest wait (rounds passed)", "Jain fairness",
 		fmt.Sprintf("many keys cycles/s (%d clients)", c.ManyClients), "lock freed after a crash (p50)", "allocs/cycle",
 		"election: leader replaced after a crash (p50)", "4 keys at once vs 4 leases (p50)"}}
 	s.Columns = append(s.Columns, primitiveColumns()...)
@@ -85,6 +85,7 @@ func speedOf(res *bench.Results) *report.Speed {
 			dash(r.RawRatio > 0, func() string { return fmt.Sprintf("%.2f", r.RawRatio) }),
 			dash(k != nil, func() string { return fmt.Sprintf("%.0f", k.TransferRate) }),
 			dash(k != nil, func() string { return roundDur(k.Wait.Max) }),
+			dash(k != nil, func() string { return fmt.Sprintf("%.1f", k.MaxRounds()) }),
 			dash(k != nil, func() string { return fmt.Sprintf("%.3f", k.Jain) }),
 			dash(m != nil, func() string { return fmt.Sprintf("%.0f", m.Rate) }),
 			dash(x != nil, func() string { return fmt.Sprintf("%s (%s)", roundDur(x.P50), x.Timeout) }),
@@ -120,7 +121,8 @@ func speedOf(res *bench.Results) *report.Speed {
 	s.Load = &report.Load{Before: res.Load.Before, After: res.Load.After, Limit: res.Load.Limit, Forced: res.Load.Forced, Quiet: res.Load.Quiet()}
 	s.Notes = append(s.Notes, fmt.Sprintf("Benchmarks: %s, %d CPUs (%s), load %s → %s; each contended and many-keys measurement ran %v; "+
 		"the uncontended and contended measurements ran %d times, each row shows its median repetition; "+
-		"hand-offs count the grants to another client than the previous holder (a client that takes the lock straight back is not counted). "+
+		"hand-offs count the grants to another client than the previous holder (a client that takes the lock straight back is not counted); "+
+		"the longest wait in rounds passed is the most grants to other clients during one wait, over the clients less one (a fair queue passes a waiter one round; stalls of the machine, which lengthen every wait in time, pass no one). "+
 		"Absolute times depend on the machine and its load: compare ratios within this run only.",
 		res.Started.Format(time.RFC3339), res.Machine.CPUs, res.Machine.CPU, res.Machine.LoadBefore, res.Machine.LoadAfter, c.Duration, c.Repeat),
 		res.Load.Sentence())
