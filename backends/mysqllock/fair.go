@@ -151,13 +151,9 @@ func fairBusy(res sql.Result, err error) (remaining time.Duration, ahead int, ok
 // the queue (and gives back a lock granted to a request whose reply it did not wait
 // for).
 func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
-	lk, err := d.TryLock(ctx, key, ttl)
-	if err == nil || !isBusy(err) {
-		return lk, waitErr(ctx, err)
-	}
-	me, err := d.newLock(ctx, key)
-	if err != nil {
-		return nil, err
+	lk, me, _, err := d.firstTry(ctx, key, ttl, d.TryLock)
+	if me == nil {
+		return lk, err
 	}
 	s := me.s
 	us := micros(ttl)

@@ -28,12 +28,13 @@ var _ driver.MultiLocker = (*tableDriver)(nil)
 // erOutOfRange is MySQL's ER_DATA_OUT_OF_RANGE: the set met a held key.
 const erOutOfRange = 1690
 
-// acquireAllSQL takes the rows of a set; %s is the table, %s the rows, one
+// acquireAllSQL takes the rows of a set; %[1]s is the table, %[2]s the rows, one
 // "(?, ?, 1, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)" per key (key, owner,
-// ttl µs).
-const acquireAllSQL = `INSERT INTO %s (lock_key, owner, token, expires_at) VALUES %s
+// ttl µs), %[3]s the claim condition (as in acquireSQL: a key an Acquire has
+// claimed counts as held).
+const acquireAllSQL = `INSERT INTO %[1]s (lock_key, owner, token, expires_at) VALUES %[2]s
 ON DUPLICATE KEY UPDATE
-  token = IF(expires_at <= UTC_TIMESTAMP(6), token + 1, token + 18446744073709551615),
+  token = IF(expires_at <= UTC_TIMESTAMP(6) AND %[3]s, token + 1, token + 18446744073709551615),
   owner = VALUES(owner),
   expires_at = VALUES(expires_at)`
 
@@ -51,8 +52,13 @@ func placeholders(n int, one string) string {
 }
 
 func (d *tableDriver) TryLockAll(ctx context.Context, keys []string, ttl time.Duration) (driver.Lock, error) {
-	if _, err := d.stmts(ctx); err != nil { // the table exists (WithMigrate)
+	st, err := d.stmts(ctx) // the table exists (WithMigrate)
+	if err != nil {
 		return nil, err
+	}
+	claim := unclaimed
+	if st.wait == nil {
+		claim = "TRUE" // a table without claim columns
 	}
 	s := &tableSet{d: d, table: quoteIdent(d.cfg.table)}
 	if _, err := rand.Read(s.owner[:]); err != nil {
@@ -63,8 +69,8 @@ func (d *tableDriver) TryLockAll(ctx context.Context, keys []string, ttl time.Du
 		s.keys = append(s.keys, []byte(k))
 		args = append(args, []byte(k), s.owner[:], micros(ttl))
 	}
-	q := fmt.Sprintf(acquireAllSQL, s.table, placeholders(len(keys), "(?, ?, 1, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"))
-	_, err := d.db.ExecContext(ctx, q, args...)
+	q := fmt.Sprintf(acquireAllSQL, s.table, placeholders(len(keys), "(?, ?, 1, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"), claim)
+	_, err = d.db.ExecContext(ctx, q, args...)
 	var me *mysql.MySQLError
 	switch {
 	case errors.As(err, &me) && (me.Number == erOutOfRange || me.Number == erLockDeadlock):

@@ -132,11 +132,25 @@ func validateTable(name string) error {
 // was free has gone stale); Release and Refresh are one statement each and check the
 // owner. Tokens count up per key in the key's row, so they survive
 // server restarts; the rows are never deleted (deleting one by hand restarts its key's
-// tokens at 1). Waiters poll with the retry strategy, each wait cut to the holder's
-// remaining time as the server sees it.
+// tokens at 1).
 //
-// Not guaranteed: expiry follows the database server's clock, so a step of that clock
-// moves every expiry; a session that sets @@timestamp fakes "now" for its own
+// Waiters poll, each pause cut to the holder's remaining time as the server sees
+// it. A key is taken by whoever asks first while it is free, except that an Acquire
+// that has waited 10ms claims it in its row: then only the claimer (and an Acquire
+// that began to wait before it) may take it when it frees, and the claimer, which
+// looks every few milliseconds, gets it at its next look. So a client that releases
+// and asks again at once cannot pass a waiter over for long; TryAcquire fails (and
+// AcquireAll waits) on a free key while a claim lasts. A claim lasts 250ms past its
+// claimer's last look, and ends with its Acquire. With WithRetry your strategy
+// polls with TryAcquire instead, and claims nothing. A table Migrate made before
+// claims existed works without them until Migrate runs again.
+//
+// Not guaranteed: the order of grants (the claim is not handed on, so between one
+// claimer's grant and the next claim a client that asks may still go first; use
+// WithFIFO for arrival order).
+//
+// Also not guaranteed: expiry follows the database server's clock, so a step of that clock
+// moves every expiry (and every claim's end); a session that sets @@timestamp fakes "now" for its own
 // statements. A replica promoted after a failover may not have the latest rows
 // (asynchronous replication), and may then grant a lock again or repeat a token.
 //
@@ -165,7 +179,9 @@ func newLocker(db *sql.DB, c config) dlock.Locker {
 // the fair mode's queue table (the lock table's name + QueueSuffix). It is idempotent
 // and safe to run from many processes at once.
 // It returns the database's error, wrapped, if the table cannot be created (e.g. no
-// CREATE privilege). It does not check or alter an existing table.
+// CREATE privilege). Of an existing lock table it checks one thing: a table made
+// before the waiters' claim columns existed gets them (ALTER TABLE, which needs
+// the ALTER privilege); it checks or alters nothing else.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	c, err := newConfig(opts)
 	if err != nil {
@@ -182,6 +198,9 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 func migrate(ctx context.Context, db *sql.DB, c config) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createTable, quoteIdent(c.table))); err != nil {
 		return fmt.Errorf("create table %s: %w", quoteIdent(c.table), err)
+	}
+	if err := migrateClaims(ctx, db, c.table); err != nil {
+		return err
 	}
 	if c.fifo {
 		q := quoteIdent(c.table + QueueSuffix)

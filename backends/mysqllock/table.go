@@ -22,14 +22,31 @@ func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`",
 
 // The table: a key's row is kept when its lock is released (its expiry becomes
 // freeAt) so that its token keeps counting up. Keys are bytes, compared exactly. Every
-// other column has a fixed size, so that InnoDB updates rows in place.
+// other column has a fixed size, so that InnoDB updates rows in place. The claim
+// columns (claimColumns) hold the claim of the Acquire that has waited longest.
 const createTable = `CREATE TABLE IF NOT EXISTS %s (
   lock_key   VARBINARY(255) NOT NULL,
   owner      BINARY(16) NOT NULL,
   token      BIGINT UNSIGNED NOT NULL,
   expires_at DATETIME(6) NOT NULL,
+  ` + claimColumns + `,
   PRIMARY KEY (lock_key)
 ) ENGINE=InnoDB`
+
+// claimColumns: an Acquire that has waited claimAfter claims the key (claimer, its
+// owner value), unless one that has waited longer holds the claim (claim_since,
+// when that one started waiting, by the server's clock). A claim lasts until
+// claim_until, which its claimer renews at each look: while it lasts, no one else
+// may take the key when it frees, and the claimer takes it at its next look. A
+// table created before these columns existed works without claims until Migrate
+// adds them.
+const claimColumns = claimerColumn + ",\n  " + claimSinceColumn + ",\n  " + claimUntilColumn
+
+const (
+	claimerColumn    = `claimer     BINARY(16) NOT NULL DEFAULT ''`
+	claimSinceColumn = `claim_since DATETIME(6) NOT NULL DEFAULT ` + freeAt
+	claimUntilColumn = `claim_until DATETIME(6) NOT NULL DEFAULT ` + freeAt
+)
 
 // freeAt is the expiry of a released lock: the smallest DATETIME, in the past
 // whatever the server's clock says.
@@ -42,29 +59,67 @@ const busyFlag = 1 << 62
 
 // acquireSQL takes a lock in one statement. A missing row is inserted with token 1.
 // An existing row is taken over only if it is free (released, or expired by the
-// server's clock); its token then goes up by one. The assignments run left to right:
-// token and owner test the old expiry, expires_at tests the new owner. The result
-// comes back in LAST_INSERT_ID (the insert id of the OK packet): the new token, or
-// busyFlag plus the holder's remaining microseconds. Affected-row counts are not
-// used: they depend on the client's CLIENT_FOUND_ROWS flag.
+// server's clock) and no waiter's claim on it lasts (%[3]s: unclaimed, or TRUE on a
+// table without claim columns); its token then goes up by one. The assignments run
+// left to right: token and owner test the old expiry, expires_at tests the new
+// owner. The result comes back in LAST_INSERT_ID (the insert id of the OK packet):
+// the new token, or busyFlag plus the holder's remaining microseconds (0 when the
+// key is free but claimed). Affected-row counts are not used: they depend on the
+// client's CLIENT_FOUND_ROWS flag.
 //
 // Arguments: key, owner, ttl µs, owner, owner, ttl µs.
-const acquireSQL = `INSERT INTO %s (lock_key, owner, token, expires_at)
+const acquireSQL = `INSERT INTO %[1]s (lock_key, owner, token, expires_at)
 VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 ON DUPLICATE KEY UPDATE
-  token = IF(expires_at <= UTC_TIMESTAMP(6),
+  token = IF(expires_at <= UTC_TIMESTAMP(6) AND %[3]s,
              LAST_INSERT_ID(token + 1),
-             token + LEAST(0, LAST_INSERT_ID(%d + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)))),
-  owner = IF(expires_at <= UTC_TIMESTAMP(6), ?, owner),
+             token + LEAST(0, LAST_INSERT_ID(%[2]d + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)))),
+  owner = IF(expires_at <= UTC_TIMESTAMP(6) AND %[3]s, ?, owner),
   expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
 
-// takeSQL takes over the key's existing row if it is free, in one statement: the
-// fast path for a key this client has seen free before (it is cheaper for the server
-// than acquireSQL's insert attempt). One affected row means taken; LAST_INSERT_ID is
-// then the new token. Arguments: owner, ttl µs, key.
-const takeSQL = `UPDATE %s SET token = LAST_INSERT_ID(token + 1), owner = ?,
+// unclaimed is acquireSQL's and takeSQL's claim condition on a table with claim
+// columns: no claim lasts.
+const unclaimed = `claim_until <= UTC_TIMESTAMP(6)`
+
+// claimBit marks the busy answer of waitSQL when the caller holds the key's claim.
+const claimBit = 1 << 61
+
+// waitSQL is the look of an Acquire that has waited claimAfter: acquireSQL that
+// may also take a key claimed by the caller or by an Acquire that began to wait
+// after it (the caller's since = now less its wait so far), and that otherwise
+// claims the key for the caller when no claim lasts, the claim is the caller's, or
+// the claimer began to wait after the caller. A claim is renewed for claimTTL
+// (%[3]d µs) at each look; a grant ends it. The busy answer (set in the last
+// assignment, which a grant does not reach) is busyFlag, plus claimBit when the
+// caller holds the claim, plus how many milliseconds after the claimer the caller
+// began to wait × %[5]d (2^aheadShift), plus the holder's remaining microseconds.
+//
+// Arguments: key, owner, ttl µs; owner, waited µs (token); owner, waited µs, owner
+// (owner); owner, ttl µs (expires_at); owner, owner, waited µs, owner (claimer);
+// owner, owner, waited µs (claim_since); owner, owner, owner, waited µs
+// (claim_until).
+const waitSQL = `INSERT INTO %[1]s (lock_key, owner, token, expires_at)
+VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+  token = IF(expires_at <= UTC_TIMESTAMP(6) AND (claim_until <= UTC_TIMESTAMP(6) OR claimer = ? OR claim_since > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND), LAST_INSERT_ID(token + 1), token),
+  owner = IF(expires_at <= UTC_TIMESTAMP(6) AND (claim_until <= UTC_TIMESTAMP(6) OR claimer = ? OR claim_since > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND), ?, owner),
+  expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at),
+  claimer = IF(owner <> ? AND (claim_until <= UTC_TIMESTAMP(6) OR claimer = ? OR claim_since > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND), ?, claimer),
+  claim_since = IF(owner <> ? AND claimer = ?, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, claim_since),
+  claim_until = IF(owner = ?, ` + freeAt + `,
+    IF(claimer = ?, UTC_TIMESTAMP(6) + INTERVAL %[3]d MICROSECOND, claim_until) +
+    INTERVAL LEAST(0, LAST_INSERT_ID(%[2]d + IF(claimer = ?, %[4]d, 0) +
+      LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, claim_since, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND) DIV 1000, 0), 2097151) * %[5]d +
+      LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0), %[5]d - 1))) MICROSECOND)`
+
+// takeSQL takes over the key's existing row if it is free and unclaimed (%[2]s, as
+// in acquireSQL), in one statement: the fast path for a key this client has seen
+// free before (it is cheaper for the server than acquireSQL's insert attempt). One
+// affected row means taken; LAST_INSERT_ID is then the new token. Arguments: owner,
+// ttl µs, key.
+const takeSQL = `UPDATE %[1]s SET token = LAST_INSERT_ID(token + 1), owner = ?,
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-WHERE lock_key = ? AND expires_at <= UTC_TIMESTAMP(6)`
+WHERE lock_key = ? AND expires_at <= UTC_TIMESTAMP(6) AND %[2]s`
 
 // releaseSQL frees the lock if it is still ours and not expired. Arguments: key, owner.
 const releaseSQL = `UPDATE %s SET expires_at = ` + freeAt + `
@@ -101,6 +156,7 @@ const maxHints = 4096
 
 type statements struct {
 	acquire, take, release, tidy, refresh *sql.Stmt
+	wait, unclaim                         *sql.Stmt       // nil on a table without claim columns
 	fair                                  *fairStatements // WithFIFO only
 }
 
@@ -128,8 +184,18 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 			*dst, err = d.db.PrepareContext(ctx, query)
 		}
 	}
-	prep(&s.acquire, fmt.Sprintf(acquireSQL, t, busyFlag))
-	prep(&s.take, fmt.Sprintf(takeSQL, t))
+	prep(&s.acquire, fmt.Sprintf(acquireSQL, t, busyFlag, unclaimed))
+	if isBadField(err) {
+		// A table made before the claim columns: no claims until Migrate adds them
+		// (and this Locker prepares its statements again, in a new process).
+		err = nil
+		prep(&s.acquire, fmt.Sprintf(acquireSQL, t, busyFlag, "TRUE"))
+		prep(&s.take, fmt.Sprintf(takeSQL, t, "TRUE"))
+	} else {
+		prep(&s.take, fmt.Sprintf(takeSQL, t, unclaimed))
+		prep(&s.wait, fmt.Sprintf(waitSQL, t, busyFlag, claimTTL.Microseconds(), claimBit, 1<<aheadShift))
+		prep(&s.unclaim, fmt.Sprintf(unclaimSQL, t))
+	}
 	prep(&s.release, fmt.Sprintf(releaseSQL, t))
 	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
 	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
@@ -145,7 +211,7 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 }
 
 func (s *statements) close() {
-	for _, st := range []*sql.Stmt{s.acquire, s.take, s.release, s.tidy, s.refresh} {
+	for _, st := range []*sql.Stmt{s.acquire, s.take, s.release, s.tidy, s.refresh, s.wait, s.unclaim} {
 		if st != nil {
 			st.Close()
 		}
@@ -222,9 +288,8 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	// the grace (one round trip on a live server) lets a lock it took be freed before
 	// TryLock returns (settled); on a stalled network it is cut off after the grace
 	// and cleaned up in the background, as before.
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	defer context.AfterFunc(ctx, func() { time.AfterFunc(settleGrace, cancel) })()
+	sctx, done := graced(ctx)
+	defer done()
 	if d.hinted(key) {
 		res, err := exec(sctx, s.take, lk.owner[:], us, lk.key)
 		if ok, err := affected(res, err); err != nil || ok {
@@ -241,6 +306,15 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 		}
 	}
 	return lk.settled(ctx, sctx, res, err)
+}
+
+// graced returns the context for a statement that can take the lock on behalf of
+// a caller with ctx: it ends settleGrace after ctx does (see TryLock). done
+// releases its resources.
+func graced(ctx context.Context) (sctx context.Context, done func()) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(settleGrace, cancel) })
+	return sctx, func() { stop(); cancel() }
 }
 
 // settled is granted for a statement run with sctx on behalf of a caller whose

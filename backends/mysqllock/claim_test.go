@@ -1,0 +1,209 @@
+package mysqllock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/mysqllock"
+	"github.com/dlock-go/dlock/internal/servers/servertest"
+)
+
+// tokenOf returns the token of key's row in the lock table (0 if it has none).
+func tokenOf(t *testing.T, db *sql.DB, table, key string) uint64 {
+	t.Helper()
+	var tok uint64
+	err := db.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT token FROM `"+table+"` WHERE lock_key = ?", key).Scan(&tok)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// barge runs clients that take key whenever they find it free (TryAcquire, over
+// and over, no pause), hold it 2ms and release it, until the returned stop is
+// called; it returns once they have taken it at least once.
+func barge(t *testing.T, dsn, key string, clients int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	first := make(chan struct{})
+	var once sync.Once
+	errs := make(chan error, clients)
+	for range clients {
+		l := mysqllock.New(openDB(t, dsn, nil))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer l.Close()
+			for ctx.Err() == nil {
+				ls, err := l.TryAcquire(ctx, key, dlock.WithTTL(10*time.Second))
+				if errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				once.Do(func() { close(first) })
+				time.Sleep(2 * time.Millisecond) // the work done under the lock
+				if err := ls.Release(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case <-first:
+	case err := <-errs:
+		cancel()
+		wg.Wait()
+		t.Fatalf("a barging client: %v", err)
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		select {
+		case err := <-errs:
+			t.Errorf("a barging client: %v", err)
+		default:
+		}
+	}
+}
+
+// An Acquire is not passed over for long by clients that take the key whenever
+// they find it free: once it has waited claimAfter (10ms) it claims the key, and
+// the next release hands the key to it. Three clients barge in without a pause and
+// hold the key 2ms each time, so at most about 5 of them pass the waiter before it
+// claims; the bound below leaves room for a slow machine (a grant takes at least
+// the 2ms hold, so a slow machine passes the waiter fewer times, not more). Without
+// the claim the waiter, polling, finds the key free only in the moments between a
+// release and the next barging attempt, and is passed over hundreds of times.
+func TestLongWaiterIsNotPassedOver(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin); err != nil {
+		t.Fatal(err)
+	}
+	w := mysqllock.New(openDB(t, dsn, nil))
+	defer w.Close()
+	const key = "claim/barged"
+	for trial := range 3 {
+		stop := barge(t, dsn, key, 3)
+		before := tokenOf(t, admin, mysqllock.DefaultTable, key)
+		ls, err := w.Acquire(ctxFor(t, 30*time.Second), key)
+		stop()
+		if err != nil {
+			t.Fatalf("trial %d: the waiter: %v", trial, err)
+		}
+		passed := ls.Token() - before - 1
+		release(t, ls)
+		t.Logf("trial %d: the waiter was passed over %d times", trial, passed)
+		if passed > 50 {
+			t.Errorf("trial %d: the waiter was passed over %d times by clients barging in, want at most 50", trial, passed)
+		}
+	}
+}
+
+// claimState reports whether key's row holds a claim that lasts, and whether it
+// was ever claimed (its claimer is not the column's default).
+func claimState(t *testing.T, db *sql.DB, key string) (lasts, claimed bool) {
+	t.Helper()
+	err := db.QueryRowContext(ctxFor(t, 10*time.Second),
+		"SELECT claim_until > UTC_TIMESTAMP(6), claimer <> REPEAT(0x00, 16) FROM dlock_locks WHERE lock_key = ?", key).Scan(&lasts, &claimed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lasts, claimed
+}
+
+// An Acquire whose ctx ends takes its claim with it: the key is free for anyone as
+// soon as its holder releases it, not a claim's lifetime later.
+func TestClaimEndsWithTheWait(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin); err != nil {
+		t.Fatal(err)
+	}
+	a, w, c := mysqllock.New(openDB(t, dsn, nil)), mysqllock.New(openDB(t, dsn, nil)), mysqllock.New(openDB(t, dsn, nil))
+	defer a.Close()
+	defer w.Close()
+	defer c.Close()
+	const key = "claim/ends"
+	la := tryAcquire(t, a, key, dlock.WithTTL(time.Minute))
+	if _, err := w.Acquire(ctxFor(t, 300*time.Millisecond), key); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the waiter: want its deadline, got %v", err)
+	}
+	lasts, claimed := claimState(t, admin, key)
+	if !claimed {
+		t.Fatal("the waiter never claimed the key in 300ms: the test exercised nothing")
+	}
+	if lasts {
+		t.Error("the waiter's claim outlived its Acquire")
+	}
+	release(t, la)
+	release(t, tryAcquire(t, c, key)) // free for anyone at once
+}
+
+// A lock table made before the claim columns existed keeps working (waiters poll,
+// without claims), and Migrate adds the columns to it; Migrate again is a no-op.
+func TestTableWithoutClaimColumns(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	const table = "old_locks"
+	if _, err := admin.ExecContext(ctxFor(t, 10*time.Second), "CREATE TABLE "+table+` (
+  lock_key   VARBINARY(255) NOT NULL,
+  owner      BINARY(16) NOT NULL,
+  token      BIGINT UNSIGNED NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (lock_key)
+) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	hasClaims := func() bool {
+		var n int
+		if err := admin.QueryRowContext(ctxFor(t, 10*time.Second), `SELECT COUNT(*) FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME IN ('claimer', 'claim_since', 'claim_until')`, table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 3
+	}
+	contend := func(what string) {
+		t.Helper()
+		a, b := mysqllock.New(openDB(t, dsn, nil), mysqllock.WithTable(table)), mysqllock.New(openDB(t, dsn, nil), mysqllock.WithTable(table))
+		defer a.Close()
+		defer b.Close()
+		la := tryAcquire(t, a, "k", dlock.WithTTL(time.Minute))
+		got := make(chan error, 1)
+		go func() {
+			lb, err := b.Acquire(ctxFor(t, 30*time.Second), "k")
+			if err == nil {
+				err = lb.Release(ctxFor(t, 10*time.Second))
+			}
+			got <- err
+		}()
+		time.Sleep(50 * time.Millisecond) // the work done under the lock, while b waits past claimAfter
+		release(t, la)
+		if err := <-got; err != nil {
+			t.Fatalf("%s: the waiter: %v", what, err)
+		}
+	}
+	contend("without claim columns")
+	if hasClaims() {
+		t.Fatal("a Locker added the claim columns without Migrate")
+	}
+	for range 2 {
+		if err := mysqllock.Migrate(ctxFor(t, 30*time.Second), admin, mysqllock.WithTable(table)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !hasClaims() {
+		t.Fatal("Migrate did not add the claim columns")
+	}
+	contend("with claim columns")
+}
