@@ -228,7 +228,14 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'claim_unti
 	_, err = db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN "+claimerColumn+", ADD COLUMN "+claimSinceColumn+", ADD COLUMN "+claimUntilColumn, quoteIdent(table)))
 	var me *mysql.MySQLError
 	if err != nil && !(errors.As(err, &me) && me.Number == erDupFieldName) {
-		return fmt.Errorf("add the claim columns to table %s: %w", quoteIdent(table), err)
+		return claimsNotAdded{fmt.Errorf("add the claim columns to table %s: %w", quoteIdent(table), err)}
 	}
 	return nil
 }
+
+// claimsNotAdded is migrateClaims' failure to add the columns to an existing table
+// (e.g. no ALTER privilege). Migrate returns it; a Locker WithMigrate goes on
+// without claims, as on any table without the columns.
+type claimsNotAdded struct{ error }
+
+func (e claimsNotAdded) Unwrap() error { return e.error }

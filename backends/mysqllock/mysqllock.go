@@ -199,9 +199,6 @@ func migrate(ctx context.Context, db *sql.DB, c config) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createTable, quoteIdent(c.table))); err != nil {
 		return fmt.Errorf("create table %s: %w", quoteIdent(c.table), err)
 	}
-	if err := migrateClaims(ctx, db, c.table); err != nil {
-		return err
-	}
 	if c.fifo {
 		q := quoteIdent(c.table + QueueSuffix)
 		if _, err := db.ExecContext(ctx, fmt.Sprintf(createQueue, q)); err != nil {
@@ -214,5 +211,8 @@ func migrate(ctx context.Context, db *sql.DB, c config) error {
 	if err := migrateOwners(ctx, db, c.table); err != nil {
 		return err
 	}
-	return migrateElections(ctx, db, c.table)
+	if err := migrateElections(ctx, db, c.table); err != nil {
+		return err
+	}
+	return migrateClaims(ctx, db, c.table) // last: a Locker WithMigrate goes on without claims when it fails
 }
