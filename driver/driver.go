@@ -20,6 +20,8 @@ package driver
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -96,6 +98,16 @@ type Waiter interface {
 	// return an error wrapping ctx.Err(). A wait that gives up by a bound of its own
 	// (a library's) returns Busy.
 	Lock(ctx context.Context, key string, ttl time.Duration) (Lock, error)
+}
+
+// WaitErr returns a Waiter's error for err, which ended a wait under ctx: err
+// wrapped in ctx.Err() when ctx has ended (as Waiter.Lock must return), else err as
+// it is (nil stays nil).
+func WaitErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return err
 }
 
 // Sessioned is implemented by a Lock that its store can take away (a session that

@@ -87,7 +87,7 @@ func (d *tableDriver) Lock(ctx context.Context, key string, ttl time.Duration) (
 		if me.s.wait == nil || time.Since(start) < claimAfter {
 			lk, err := d.TryLock(ctx, key, ttl)
 			if err == nil || !isBusy(err) {
-				return lk, waitErr(ctx, err)
+				return lk, driver.WaitErr(ctx, err)
 			}
 			w.remaining = busyTime(err)
 			continue
@@ -97,7 +97,7 @@ func (d *tableDriver) Lock(ctx context.Context, key string, ttl time.Duration) (
 			if err != nil && w.claimer {
 				d.unclaim(me)
 			}
-			return lk, waitErr(ctx, err)
+			return lk, driver.WaitErr(ctx, err)
 		}
 	}
 }
@@ -109,7 +109,7 @@ func (d *tableDriver) firstTry(ctx context.Context, key string, ttl time.Duratio
 	try func(context.Context, string, time.Duration) (driver.Lock, error)) (lk driver.Lock, me *tableLock, busy, err error) {
 	lk, err = try(ctx, key, ttl)
 	if err == nil || !isBusy(err) {
-		return lk, nil, nil, waitErr(ctx, err)
+		return lk, nil, nil, driver.WaitErr(ctx, err)
 	}
 	busy = err
 	if me, err = d.newLock(ctx, key); err != nil {

@@ -164,7 +164,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 	}
 	if err != nil {
 		d.leave(me)
-		return nil, waitErr(ctx, fmt.Errorf("join the queue: %w", err))
+		return nil, driver.WaitErr(ctx, fmt.Errorf("join the queue: %w", err))
 	}
 	renewEvery := max(ttl/3, time.Millisecond)
 	renewAt := time.Now().Add(renewEvery)
@@ -190,7 +190,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 			lk, err := me.granted(ctx, res, err)
 			if err != nil {
 				d.leave(me)
-				return nil, waitErr(ctx, err)
+				return nil, driver.WaitErr(ctx, err)
 			}
 			return lk, nil
 		}
@@ -206,7 +206,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 			}
 			if err != nil {
 				d.leave(me)
-				return nil, waitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
+				return nil, driver.WaitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
 			}
 		}
 		var pause time.Duration
@@ -302,12 +302,4 @@ func (d fairTableDriver) leave(l *tableLock) {
 func isBusy(err error) bool {
 	var b *driver.BusyError
 	return errors.As(err, &b)
-}
-
-// waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.
-func waitErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
 }

@@ -205,7 +205,7 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk 
 	}()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
-		return nil, d.waitErr(ctx, fmt.Errorf("connect: %w", err))
+		return nil, dldriver.WaitErr(ctx, fmt.Errorf("connect: %w", err))
 	}
 	name := GetLockName(key)
 	// First one attempt that does not wait, which also tells this session's id: a
@@ -227,20 +227,20 @@ func (d *getLockDriver) getLock(ctx context.Context, key string, wait bool) (lk 
 		if err != nil && ctx.Err() != nil {
 			// The server may still grant the pending GET_LOCK after the client gave up.
 			discard(conn)
-			return nil, d.waitErr(ctx, errors.Join(fmt.Errorf("GET_LOCK: %w", err), d.cancelWait(id, name)))
+			return nil, dldriver.WaitErr(ctx, errors.Join(fmt.Errorf("GET_LOCK: %w", err), d.cancelWait(id, name)))
 		}
 	}
 	switch {
 	case err != nil:
 		discard(conn) // a cancelled GET_LOCK may still have run: ending the session frees it
-		return nil, d.waitErr(ctx, fmt.Errorf("GET_LOCK: %w", err))
+		return nil, dldriver.WaitErr(ctx, fmt.Errorf("GET_LOCK: %w", err))
 	case !got.Valid:
 		discard(conn)
 		return nil, fmt.Errorf("GET_LOCK(%q) returned NULL", name)
 	case got.Int64 != 1:
 		conn.Close()
 		if wait { // the server's wait ended with ctx
-			return nil, d.waitErr(ctx, errors.New("GET_LOCK timed out"))
+			return nil, dldriver.WaitErr(ctx, errors.New("GET_LOCK timed out"))
 		}
 		return nil, dldriver.Busy(0)
 	}
@@ -297,14 +297,6 @@ func (d *getLockDriver) cancelWait(id int64, name string) error {
 
 // erNoSuchThread is ER_NO_SUCH_THREAD: the session had already ended.
 const erNoSuchThread = 1094
-
-// waitErr says why a wait ended: ctx ended (wrapped, as driver.Waiter asks), or err.
-func (d *getLockDriver) waitErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
-}
 
 func (d *getLockDriver) Close() error {
 	d.mu.Lock()

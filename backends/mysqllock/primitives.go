@@ -172,7 +172,7 @@ func (d *tableDriver) LockRW(ctx context.Context, key string, shared bool, ttl t
 			if err != nil && !shared {
 				me.tidy()
 			}
-			return lk, waitErr(ctx, err)
+			return lk, driver.WaitErr(ctx, err)
 		}
 		delay := min(renew, dlock.DefaultRetry.Backoff(tries))
 		if busy.Remaining > 0 {

@@ -159,7 +159,7 @@ func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait boo
 	var got bool
 	for attempt := 1; ; attempt++ {
 		if conn, err = d.pool.Acquire(ctx); err != nil {
-			return nil, waitErr(ctx, fmt.Errorf("connect: %w", err))
+			return nil, driver.WaitErr(ctx, fmt.Errorf("connect: %w", err))
 		}
 		id, err = d.register(ctx, conn, name)
 		if err == nil && wait {
@@ -186,7 +186,7 @@ func (d *advisoryDriver) take(ctx context.Context, name string, shared, wait boo
 		// took. A connection that died while idle in the pool (a server restart):
 		// once more on another (what a dead session held is gone with it).
 		if attempt == 2 || !isConnLoss(ctx, err) {
-			return nil, waitErr(ctx, err)
+			return nil, driver.WaitErr(ctx, err)
 		}
 	}
 	if !got {
@@ -234,7 +234,7 @@ func (d *advisoryDriver) wait(ctx context.Context, conn *pgxpool.Conn, lock stri
 			return nil
 		}
 		discard(conn)
-		return waitErr(ctx, fmt.Errorf("pg_advisory_lock: %w", err))
+		return driver.WaitErr(ctx, fmt.Errorf("pg_advisory_lock: %w", err))
 	}
 	<-cancelled
 	late.Stop()

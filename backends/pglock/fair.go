@@ -106,7 +106,7 @@ var _ driver.Waiter = fairDriver{}
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	lk, err := d.TryLock(ctx, key, ttl)
 	if err == nil || !isBusy(err) {
-		return lk, waitErr(ctx, err)
+		return lk, driver.WaitErr(ctx, err)
 	}
 	me, err := d.newLock(ctx, key)
 	if err != nil {
@@ -127,7 +127,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	var seq int64
 	if err := d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq); err != nil {
 		d.leave(me, fs, true)
-		return nil, waitErr(ctx, fmt.Errorf("join the queue: %w", err))
+		return nil, driver.WaitErr(ctx, fmt.Errorf("join the queue: %w", err))
 	}
 	renewEvery := max(ttl/3, time.Millisecond)
 	renewAt := time.Now().Add(renewEvery)
@@ -138,7 +138,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 			// Leave the queue whatever the claim answered; a granted lock is ours.
 			d.leave(me, fs, err != nil)
 			if err != nil {
-				return nil, waitErr(ctx, err)
+				return nil, driver.WaitErr(ctx, err)
 			}
 			return got, nil
 		}
@@ -151,7 +151,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 			}
 			if err != nil {
 				d.leave(me, fs, true)
-				return nil, waitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
+				return nil, driver.WaitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
 			}
 		}
 		pause := time.Until(renewAt)

@@ -240,7 +240,7 @@ func (l *tableLock) acquire(ctx context.Context, query string, args ...any) (lk 
 		if isSerialization(err) {
 			return nil, 0, driver.Busy(0) // rolled back: nothing was taken
 		}
-		return nil, 0, waitErr(ctx, fmt.Errorf("acquire: %w", err))
+		return nil, 0, driver.WaitErr(ctx, fmt.Errorf("acquire: %w", err))
 	case token == 0:
 		return nil, ahead, driver.Busy(time.Duration(remaining) * time.Microsecond)
 	}
@@ -276,14 +276,6 @@ func isConnLoss(ctx context.Context, err error) bool {
 func isSerialization(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
-}
-
-// waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.
-func waitErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
 }
 
 // Subscribe wakes the waiter when a release of key is announced (driver.Notifier).

@@ -69,7 +69,7 @@ func (d *redisDriver) LockRW(ctx context.Context, key string, shared bool, ttl t
 	for {
 		lk, r, err := d.primAcquire(ctx, key, value, ttl, kindRWLock, mode, wake, !shared)
 		if lk != nil || err != nil {
-			return lk, waitErr(ctx, err)
+			return lk, driver.WaitErr(ctx, err)
 		}
 		t := time.NewTimer(min(renew, r.Remaining+time.Millisecond))
 		select {

@@ -114,7 +114,7 @@ func (d *redlockDriver) Lock(ctx context.Context, key string, ttl time.Duration)
 		var busy *driver.BusyError
 		if !errors.As(err, &busy) {
 			d.leave(key, q, ttl)
-			return nil, waitErr(ctx, err)
+			return nil, driver.WaitErr(ctx, err)
 		}
 		if i == 0 {
 			// Refused: listen for our turn, then look again at once, queueing (the
@@ -167,12 +167,4 @@ func (d *redlockDriver) leave(key string, q *queued, ttl time.Duration) {
 		return voteOf(release(ctx, d.nodes[i].c, call))
 	}, nil)
 	waitAtMost(r.settled, max(timeout, FirstContactTimeout))
-}
-
-// waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.
-func waitErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
 }
