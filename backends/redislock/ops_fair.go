@@ -84,10 +84,10 @@ type fairCall struct {
 	release [3 + 5 + 3]any
 }
 
-// fairSHA is fair.lua's SHA1 and fairSource its text, boxed once.
+// fairSHA is fair.lua's SHA1, boxed once, and fairSource its text.
 var (
 	fairSHA    any = fairScript.Hash()
-	fairSource any = source("fair.lua")
+	fairSource     = source("fair.lua")
 )
 
 func newFairCall(key, value string, ttl, window time.Duration) *fairCall {
@@ -131,29 +131,13 @@ func (f *fairCall) unlock(ctx context.Context, c redis.Scripter, leave bool) (bo
 }
 
 // runFair sends args, an EVALSHA of fair.lua, on c (a client or a connection, both of
-// which run any command); when the server does not have the script (NOSCRIPT: a
-// restart, SCRIPT FLUSH) it sends the script itself with EVAL, as redis.Script.Run
-// does.
+// which run any command: redisops.RunScript).
 func runFair(ctx context.Context, c redis.Scripter, args []any) (any, error) {
-	p, ok := c.(interface {
-		Process(context.Context, redis.Cmder) error
-	})
+	p, ok := c.(redisops.Processor)
 	if !ok {
 		return nil, fmt.Errorf("redislock: %T cannot run fair.lua", c)
 	}
-	run := func() (any, error) {
-		cmd := redis.NewCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
-		err := p.Process(ctx, cmd)
-		return cmd.Val(), err
-	}
-	v, err := run()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", fairSource
-		v, err = run()
-		args[0], args[1] = "evalsha", fairSHA
-	}
-	return v, err
+	return redisops.RunScript(ctx, p, args, fairSource)
 }
 
 // fairResult is the outcome of fairAcquire.

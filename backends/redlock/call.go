@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 )
 
 // luaScript is one of the package's scripts: its source and SHA1 digest.
@@ -43,25 +45,8 @@ func (c scriptCall) with(i int, v any) scriptCall {
 	return scriptCall{src: c.src, args: a}
 }
 
-// run sends c to cl and returns the script's reply. When the master lacks the script
-// (NOSCRIPT: its first request, a restart, SCRIPT FLUSH) it sends the source with
-// EVAL, as redis.Script.Run does, from a copy of the arguments: other masters'
-// requests may be reading them.
+// run sends c to cl and returns the script's reply (redisops.RunScript: other
+// masters' requests may be reading the arguments).
 func (c scriptCall) run(ctx context.Context, cl redis.UniversalClient) (any, error) {
-	v, err := process(ctx, cl, c.args)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		a := slices.Clone(c.args)
-		a[0], a[1] = "eval", c.src
-		v, err = process(ctx, cl, a)
-	}
-	return v, err
-}
-
-// process sends the script command args to cl (the keys from the fourth argument
-// on, which a Redis Cluster client routes by).
-func process(ctx context.Context, cl redis.UniversalClient, args []any) (any, error) {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	err := cl.Process(ctx, cmd)
-	return cmd.Val(), err
+	return redisops.RunScript(ctx, cl, c.args, c.src)
 }

@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -127,4 +128,35 @@ func Withdraw(ctx context.Context, c redis.Scripter, key, value string) (bool, e
 func IsReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
+
+// Processor runs any command: a client, a Cluster client, a connection.
+type Processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// RunScript sends args — EVALSHA, a script's SHA1, the number of keys, the keys,
+// the arguments: a command laid out once and sent as it is, without the boxing of
+// each key and argument that redis.Script.Run repeats at every call — on c and
+// returns the script's reply. When the server does not have the script (NOSCRIPT:
+// a first request, a restart, SCRIPT FLUSH) it sends src, the script's text, with
+// EVAL, as redis.Script.Run does, from a copy of args: RunScript never writes args,
+// so requests to several servers may share them.
+func RunScript(ctx context.Context, c Processor, args []any, src string) (any, error) {
+	v, err := processScript(ctx, c, args)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		a := slices.Clone(args)
+		a[0], a[1] = "eval", src
+		v, err = processScript(ctx, c, a)
+	}
+	return v, err
+}
+
+// processScript sends the script command args on c (the keys from the fourth
+// argument on, which a Redis Cluster client routes by).
+func processScript(ctx context.Context, c Processor, args []any) (any, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	err := c.Process(ctx, cmd)
+	return cmd.Val(), err
 }
