@@ -28,11 +28,14 @@ const MaxSetKeys = 64
 // script, one etcd transaction, one SQL statement) each attempt is that step;
 // elsewhere an attempt takes the keys one by one in sorted order and gives back
 // those it took as soon as one is busy. A waiting AcquireAll never holds a key
-// while it waits for another, so sets that overlap cannot deadlock. On a backend
-// that queues waiters it waits in the queue of the key it found busy, then tries
-// the others; elsewhere it retries by the retry strategy. Not guaranteed: a place
-// in any queue (a set may be overtaken by single-key waiters), and an order among
-// sets.
+// while it waits for another, so sets that overlap cannot deadlock. Where the
+// backend queues a set in the queue of every one of its keys at once
+// (driver.MultiWaiter: Redis, for keys of one hash slot) the set waits there, and
+// is passed over no longer than a waiter of one key is. On another backend that
+// queues waiters it waits in the queue of the key it found busy, then tries the
+// others; elsewhere it retries by the retry strategy. Not guaranteed there: a
+// place in any queue (a set may be overtaken by single-key waiters for as long as
+// one of its keys is held), and an order among sets.
 //
 // Errors: as for Locker.Acquire, and ErrInvalidKey for an empty list, more than
 // MaxSetKeys distinct keys, or an invalid key (the error names it); duplicate keys
@@ -214,11 +217,18 @@ func (l *locker) trySetByKey(ctx context.Context, ks []string, have int, held se
 	return newSetLock(parts), -1, nil
 }
 
-// waitSet takes the set on a driver that queues waiters: it waits in the queue of
-// one key (the first, then the one found busy), holding nothing else, then tries
-// the others; when one of them is busy it gives everything back and waits for
-// that one.
+// waitSet takes the set on a driver that queues waiters: in the queues of every
+// key at once where the driver can (driver.MultiWaiter); otherwise it waits in the
+// queue of one key (the first, then the one found busy), holding nothing else,
+// then tries the others, and when one of them is busy it gives everything back and
+// waits for that one.
 func (l *locker) waitSet(ctx context.Context, ks []string, ttl time.Duration) (driver.Lock, error) {
+	if mw, ok := l.d.(driver.MultiWaiter); ok {
+		lk, err := mw.LockAll(ctx, ks, ttl)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return lk, err
+		}
+	}
 	first := 0
 	for {
 		t0 := time.Now()

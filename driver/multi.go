@@ -30,3 +30,18 @@ type SetLock interface {
 	// taken with (0 where the store cannot fence).
 	Tokens() []uint64
 }
+
+// MultiWaiter is implemented by a MultiLocker whose store queues a waiting set of
+// keys in the queue of every key at once, so that the set is not passed over for
+// ever by waiters of single keys or other sets. dlock.AcquireAll waits with it
+// (unless the caller gave a retry strategy); without it, a backend that queues
+// waiters (Waiter) waits in one key's queue at a time, holding nothing, and a set
+// may be overtaken for as long as its keys are busy.
+type MultiWaiter interface {
+	// LockAll blocks until every key is ours at once, ctx is done, or the store
+	// fails, as Waiter.Lock does for one key (it leaves nothing behind when ctx
+	// ends). The keys are as TryLockAll's. It returns an error wrapping
+	// errors.ErrUnsupported, having taken and queued nothing, for a set the store
+	// cannot take in one step; dlock then waits key by key.
+	LockAll(ctx context.Context, keys []string, ttl time.Duration) (Lock, error)
+}
