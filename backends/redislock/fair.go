@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,20 +46,38 @@ func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) 
 // whose reply it did not wait for).
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	f := newFairCall(key, redisops.NewOwner(ctx), ttl, d.window) // every attempt and the release use it
-	lk, res, err := d.attempt(ctx, key, f, true)
+	return d.waitTurn(ctx, ttl,
+		func(ctx context.Context) (driver.Lock, fairResult, error) { return d.attempt(ctx, key, f, true) },
+		func(ctx context.Context) (<-chan struct{}, func(), error) {
+			return d.releases.SubscribeTurn(ctx, key, f.value)
+		},
+		func() { d.leave(f) })
+}
+
+// waitTurn is the wait of Lock and LockAll: attempt (which joins the queues or
+// renews the caller's places) at once, then, having subscribed to the caller's
+// turn messages, again at once (the release may have come before) and then each
+// time a turn message comes, its places are due for renewal (every third of ttl),
+// a holder's TTL runs out, or a first waiter that did not take the free lock is
+// dropped. When ctx ends it calls leave.
+func (d fairDriver) waitTurn(ctx context.Context, ttl time.Duration,
+	attempt func(context.Context) (driver.Lock, fairResult, error),
+	subscribe func(context.Context) (<-chan struct{}, func(), error),
+	leave func()) (driver.Lock, error) {
+	lk, res, err := attempt(ctx)
 	if lk != nil || err != nil {
-		return lk, waitErr(ctx, err)
+		return lk, driver.WaitErr(ctx, err)
 	}
 	var wake <-chan struct{}
-	if w, stop, err := d.releases.SubscribeTurn(ctx, key, f.value); err == nil {
+	if w, stop, err := subscribe(ctx); err == nil {
 		defer stop()
 		wake = w
 	} // else the Locker is closing: ctx ends the wait
 	renew := max(ttl/3, time.Millisecond)
 	for {
 		// Look again at once after subscribing: the release may have come before.
-		if lk, res, err = d.attempt(ctx, key, f, true); lk != nil || err != nil {
-			return lk, waitErr(ctx, err)
+		if lk, res, err = attempt(ctx); lk != nil || err != nil {
+			return lk, driver.WaitErr(ctx, err)
 		}
 		delay := renew
 		switch {
@@ -79,7 +96,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			d.leave(f)
+			leave()
 			return nil, ctx.Err()
 		}
 	}
@@ -115,12 +132,4 @@ func (d fairDriver) leave(f *fairCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, _ = f.unlock(ctx, d.c, true)
-}
-
-// waitErr wraps ctx's error around err when ctx ended, as driver.Waiter asks.
-func waitErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
 }

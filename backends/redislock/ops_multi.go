@@ -10,58 +10,87 @@ import (
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 )
 
-// setKeys returns the lock keys of keys followed by their fence keys.
-func setKeys(keys []string, fence bool) []string {
-	out := make([]string, 0, 2*len(keys))
-	for _, k := range keys {
-		out = append(out, redisops.LockKey(k))
+// lockKeys returns the lock keys of keys.
+func lockKeys(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = redisops.LockKey(k)
 	}
-	if fence {
-		for _, k := range keys {
-			out = append(out, redisops.FenceKey(k))
+	return out
+}
+
+// fairAllKeys returns fair_all.lua's keys for the set keys and the owner value:
+// for each key, in five groups, those fair.lua works on (fairKeys).
+func fairAllKeys(keys []string, value string) []string {
+	n := len(keys)
+	out := make([]string, 5*n)
+	for i, k := range keys {
+		names, _ := fairNames(k, value)
+		for g, name := range names {
+			out[g*n+i] = name
 		}
 	}
 	return out
 }
 
-// acquireAll takes the locks named keys for the owner value for ttl if none of them
-// is held, in one script, each with its own fencing token (its fence counter, as
-// Acquire counts it). It returns acquired true and the tokens in the order of keys,
-// or acquired false and the remaining TTL of a held one. The keys must share one
-// Redis Cluster hash slot (a single node has them all). Errors are as Acquire's:
-// after an error that is not a reply the locks may be set (releaseAll undoes them).
-func acquireAll(ctx context.Context, c redis.Scripter, keys []string, value string, ttl time.Duration) (tokens []uint64, remaining time.Duration, acquired bool, err error) {
-	res, err := acquireAllScript.Run(ctx, c, setKeys(keys, true), value, redisops.Millis(ttl)).Int64Slice()
+// fairAll runs fair_all.lua's op ('try', 'wait', 'release' or 'leave') for the
+// set keys and the owner value, with the lease's (and the waiter's) TTL and the
+// barging window (see fair_all.lua).
+func fairAll(ctx context.Context, c redis.Scripter, op string, keys []string, value string, ttl, window time.Duration) (any, error) {
+	return fairAllScript.Run(ctx, c, fairAllKeys(keys, value), op, value, redisops.Millis(ttl), redisops.Millis(ttl),
+		window.Microseconds(), redisops.ChannelPrefix).Result()
+}
+
+// acquireAll takes the locks named keys for the owner value for ttl if every one
+// is free and no one waits ahead of the caller on any (fair_all.lua), in one
+// script, each with its own fencing token (its fence counter, as Acquire counts
+// it); with wait, a caller not granted joins (or stays in) every key's queue for
+// ttl. It returns the tokens in the order of keys, or what fairResult says of a
+// set not granted. The keys must share one Redis Cluster hash slot (a single node
+// has them all). Errors are as Acquire's: after an error that is not a reply the
+// locks may be set, and the caller queued (releaseAll with leave undoes both).
+func acquireAll(ctx context.Context, c redis.Scripter, keys []string, value string, ttl, window time.Duration, wait bool) (tokens []uint64, res fairResult, err error) {
+	op := "try"
+	if wait {
+		op = "wait"
+	}
+	v, err := fairAll(ctx, c, op, keys, value, ttl, window)
 	if err != nil {
-		return nil, 0, false, err
+		return nil, res, err
 	}
-	switch {
-	case len(res) == 2 && res[0] == 0:
-		return nil, max(time.Duration(res[1])*time.Millisecond, 0), false, nil
-	case len(res) != len(keys)+1 || res[0] != 1:
-		return nil, 0, false, fmt.Errorf("acquire_all script returned %v for %d keys", res, len(keys))
+	a, _ := v.([]any)
+	if len(a) == len(keys)+1 && a[0] == int64(1) {
+		tokens = make([]uint64, len(keys))
+		for i := range tokens {
+			t, _ := a[i+1].(int64)
+			tokens[i] = uint64(t)
+		}
+		return tokens, fairResult{Acquired: true}, nil
 	}
-	for _, t := range res[1:] {
-		tokens = append(tokens, uint64(t))
+	if len(a) == 4 && a[0] == int64(0) {
+		res, err = parseFair(v)
+		return nil, res, err
 	}
-	return tokens, 0, true, nil
+	return nil, res, fmt.Errorf("fair_all script returned %v for %d keys", v, len(keys))
 }
 
 // refreshAll sets the TTL of every lock of keys to ttl if all still hold value. If
 // one does not, it releases those that do and returns false.
 func refreshAll(ctx context.Context, c redis.Scripter, keys []string, value string, ttl time.Duration) (bool, error) {
-	n, err := refreshAllScript.Run(ctx, c, setKeys(keys, false), value, redisops.Millis(ttl), redisops.ChannelPrefix).Int64()
+	n, err := refreshAllScript.Run(ctx, c, lockKeys(keys), value, redisops.Millis(ttl), redisops.ChannelPrefix).Int64()
 	return n == 1, err
 }
 
-// releaseAll deletes every lock of keys that still holds value, announcing each on
-// its release channel, and reports whether all of them did. Like Release it is
+// releaseAll deletes every lock of keys that still holds value, tells each freed
+// key's first waiter (fair_all.lua), and reports whether all of them held it; with
+// leave it also takes value out of every key's queue. Like Release it is
 // idempotent: run again after its reply was lost, it counts the locks it deleted.
-func releaseAll(ctx context.Context, c redis.Scripter, keys []string, value string) (bool, error) {
-	ks := setKeys(keys, false)
-	for _, k := range keys {
-		ks = append(ks, redisops.ReleasedKey(k, value))
+func releaseAll(ctx context.Context, c redis.Scripter, keys []string, value string, leave bool) (bool, error) {
+	op := "release"
+	if leave {
+		op = "leave"
 	}
-	n, err := releaseAllScript.Run(ctx, c, ks, value, redisops.ChannelPrefix).Int64()
-	return int(n) == len(keys), err
+	v, err := fairAll(ctx, c, op, keys, value, 0, 0)
+	n, _ := v.(int64)
+	return err == nil && int(n) == len(keys), err
 }

@@ -29,9 +29,8 @@ func source(name string) string {
 var (
 	campaignScript    = script("campaign.lua")
 	fairScript        = script("fair.lua")
-	acquireAllScript  = script("acquire_all.lua")
+	fairAllScript     = script("fair_all.lua")
 	refreshAllScript  = script("refresh_all.lua")
-	releaseAllScript  = script("release_all.lua")
 	primAcquireScript = script("prim_acquire.lua")
 	primRefreshScript = script("prim_refresh.lua")
 	primReleaseScript = script("prim_release.lua")

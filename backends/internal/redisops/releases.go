@@ -63,39 +63,64 @@ func (r *Releases) SubscribeTurn(ctx context.Context, key, name string) (wake <-
 	return r.subscribe(ctx, TurnChannel(key, name))
 }
 
-func (r *Releases) subscribe(ctx context.Context, ch string) (wake <-chan struct{}, stop func(), err error) {
+// SubscribeTurns is SubscribeTurn for a waiter named name on each of keys (a set
+// of keys waited for as one): wake receives when any of them is its turn.
+func (r *Releases) SubscribeTurns(ctx context.Context, keys []string, name string) (wake <-chan struct{}, stop func(), err error) {
+	chs := make([]string, len(keys))
+	for i, k := range keys {
+		chs[i] = TurnChannel(k, name)
+	}
+	return r.subscribe(ctx, chs...)
+}
+
+// subscribe registers one wake channel on each of chs, sending SUBSCRIBE for those
+// not subscribed yet, and waits for their confirmations (see Subscribe).
+func (r *Releases) subscribe(ctx context.Context, chs ...string) (wake <-chan struct{}, stop func(), err error) {
 	w := make(chan struct{}, 1)
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return nil, nil, ErrClosed
 	}
-	t := r.topics[ch]
-	if t == nil {
-		t = &topic{waiters: map[chan struct{}]bool{}}
-		r.topics[ch] = t
-	}
-	t.waiters[w] = true
 	var sendErr error
-	if !t.subscribed {
-		t.subscribed = true
-		if t.pending == 0 {
-			t.confirmed = make(chan struct{})
+	confirmed := make([]chan struct{}, 0, len(chs))
+	for _, ch := range chs {
+		t := r.topics[ch]
+		if t == nil {
+			t = &topic{waiters: map[chan struct{}]bool{}}
+			r.topics[ch] = t
 		}
-		t.pending++
-		sendErr = r.subscribeLocked(ctx, ch)
+		t.waiters[w] = true
+		if !t.subscribed {
+			t.subscribed = true
+			if t.pending == 0 {
+				t.confirmed = make(chan struct{})
+			}
+			t.pending++
+			if err := r.subscribeLocked(ctx, ch); err != nil && sendErr == nil {
+				sendErr = err
+			}
+		}
+		confirmed = append(confirmed, t.confirmed)
 	}
-	confirmed := t.confirmed
 	r.mu.Unlock()
 
-	stop = func() { r.unsubscribe(ch, w) }
+	stop = func() {
+		for _, ch := range chs {
+			r.unsubscribe(ch, w)
+		}
+	}
 	if sendErr == nil {
 		t := time.NewTimer(MaxConfirmWait)
 		defer t.Stop()
-		select {
-		case <-confirmed:
-		case <-ctx.Done():
-		case <-t.C:
+		for _, c := range confirmed {
+			select {
+			case <-c:
+				continue
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			break
 		}
 	}
 	return w, stop, nil
