@@ -93,6 +93,7 @@ func TestLongWaiterIsNotPassedOver(t *testing.T) {
 	w := mysqllock.New(openDB(t, dsn, nil))
 	defer w.Close()
 	const key = "claim/barged"
+	waited := 0
 	for trial := range 3 {
 		stop := barge(t, dsn, key, 3)
 		before := tokenOf(t, admin, mysqllock.DefaultTable, key)
@@ -102,20 +103,26 @@ func TestLongWaiterIsNotPassedOver(t *testing.T) {
 			t.Fatalf("trial %d: the waiter: %v", trial, err)
 		}
 		passed := ls.Token() - before - 1
+		if passed > 0 {
+			waited++ // a key granted to others meanwhile: the waiter waited
+		}
 		release(t, ls)
 		t.Logf("trial %d: the waiter was passed over %d times", trial, passed)
 		if passed > 50 {
 			t.Errorf("trial %d: the waiter was passed over %d times by clients barging in, want at most 50", trial, passed)
 		}
 	}
+	if waited == 0 {
+		t.Error("no trial's waiter was passed over even once: each may have found the key free, and the test exercised nothing")
+	}
 }
 
-// claimState reports whether key's row holds a claim that lasts, and whether it
-// was ever claimed (its claimer is not the column's default).
-func claimState(t *testing.T, db *sql.DB, key string) (lasts, claimed bool) {
+// claimState reports whether key's row in table holds a claim that lasts, and
+// whether it was ever claimed (its claimer is not the column's default).
+func claimState(t *testing.T, db *sql.DB, table, key string) (lasts, claimed bool) {
 	t.Helper()
 	err := db.QueryRowContext(ctxFor(t, 10*time.Second),
-		"SELECT claim_until > UTC_TIMESTAMP(6), claimer <> REPEAT(0x00, 16) FROM dlock_locks WHERE lock_key = ?", key).Scan(&lasts, &claimed)
+		"SELECT claim_until > UTC_TIMESTAMP(6), claimer <> REPEAT(0x00, 16) FROM `"+table+"` WHERE lock_key = ?", key).Scan(&lasts, &claimed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +146,7 @@ func TestClaimEndsWithTheWait(t *testing.T) {
 	if _, err := w.Acquire(ctxFor(t, 300*time.Millisecond), key); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the waiter: want its deadline, got %v", err)
 	}
-	lasts, claimed := claimState(t, admin, key)
+	lasts, claimed := claimState(t, admin, mysqllock.DefaultTable, key)
 	if !claimed {
 		t.Fatal("the waiter never claimed the key in 300ms: the test exercised nothing")
 	}
@@ -151,7 +158,8 @@ func TestClaimEndsWithTheWait(t *testing.T) {
 }
 
 // A lock table made before the claim columns existed keeps working (waiters poll,
-// without claims), and Migrate adds the columns to it; Migrate again is a no-op.
+// without claims), and Migrate adds the columns to it, which a new Locker then uses;
+// Migrate again is a no-op.
 func TestTableWithoutClaimColumns(t *testing.T) {
 	dsn := servertest.MySQLDSN(t)
 	admin := openDB(t, dsn, nil)
@@ -206,4 +214,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME IN ('claimer'
 		t.Fatal("Migrate did not add the claim columns")
 	}
 	contend("with claim columns")
+	if _, claimed := claimState(t, admin, table, "k"); !claimed {
+		t.Error("after Migrate, a waiter that waited past claimAfter did not claim the key: the Locker did not use the claim columns")
+	}
 }

@@ -143,7 +143,9 @@ func validateTable(name string) error {
 // AcquireAll waits) on a free key while a claim lasts. A claim lasts 250ms past its
 // claimer's last look, and ends with its Acquire. With WithRetry your strategy
 // polls with TryAcquire instead, and claims nothing. A table Migrate made before
-// claims existed works without them until Migrate runs again.
+// claims existed works without them until Migrate runs again; a Locker made before
+// that goes on without them (it prepares its statements once), one made after uses
+// them.
 //
 // Not guaranteed: the order of grants (the claim is not handed on, so between one
 // claimer's grant and the next claim a client that asks may still go first; use
