@@ -149,6 +149,11 @@ type Contention struct {
 	MaxPassed int `json:",omitempty"`
 }
 
+// String is measure.Contention's line with the longest wait in rounds passed.
+func (c Contention) String() string {
+	return fmt.Sprintf("%s, longest wait %.1f rounds passed", c.Contention, c.MaxRounds())
+}
+
 // MaxRounds is MaxPassed in rounds of the other clients, MaxPassed / (Clients-1):
 // 1 for a fair queue, 5 when a waiter saw each other client take the lock five
 // times (0 with fewer than two clients).
