@@ -2,8 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +60,7 @@ func TestReleaseWakesOne(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			runs := scriptRuns(t, admin)
+			runs := scriptRuns(t, addr)
 			t.Logf("%d script runs for %d hand-offs (%.2f each)", runs, n, float64(runs)/n)
 			if runs > 3*n {
 				t.Errorf("%d script runs for %d hand-offs (%.1f each), want at most 3 each: a release woke more than one waiter", runs, n, float64(runs)/n)
@@ -91,31 +89,15 @@ func waitWaiters(t testing.TB, c *redis.Client, k string, n int) {
 	}
 }
 
-// scriptRuns is the number of scripts the server ran since its statistics were last
-// reset (EVAL and EVALSHA, as go-redis sends them).
-func scriptRuns(t testing.TB, c *redis.Client) int {
+// scriptRuns is the number of scripts the server at addr ran since its statistics
+// were last reset (EVAL and EVALSHA, as go-redis sends them).
+func scriptRuns(t testing.TB, addr string) int {
 	t.Helper()
-	info, err := c.Info(ctxFor(t, 10*time.Second), "commandstats").Result()
+	n, err := servers.RedisScriptRuns(ctxFor(t, 10*time.Second), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 0
-	for _, line := range strings.Split(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		for _, f := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				c, err := strconv.Atoi(v)
-				if err != nil {
-					t.Fatalf("%s: %v", line, err)
-				}
-				runs += c
-			}
-		}
-	}
-	return runs
+	return int(n)
 }
 
 // TestFairAfterScriptFlush: the fair engine (the default mode and fifo) sends

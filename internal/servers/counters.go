@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // The servers' own request counters, for measurements that count what a store
@@ -33,4 +34,27 @@ func ZooKeeperPackets(ctx context.Context, addr string) (int64, error) {
 		return 0, err
 	}
 	return mntrField(s, "zk_packets_received")
+}
+
+// RedisScriptRuns is how many scripts the Redis server at addr ran since its
+// statistics were last reset (CONFIG RESETSTAT): the calls of EVAL and EVALSHA in
+// INFO commandstats.
+func RedisScriptRuns(ctx context.Context, addr string) (int64, error) {
+	info, err := respDo(ctx, addr, "INFO", "commandstats")
+	if err != nil {
+		return 0, err
+	}
+	var runs int64
+	for _, cmd := range []string{"cmdstat_eval", "cmdstat_evalsha"} {
+		for _, f := range strings.Split(infoField(info, cmd), ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO commandstats of %s: %s: %w", addr, cmd, err)
+				}
+				runs += n
+			}
+		}
+	}
+	return runs, nil
 }
