@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
+	"github.com/dlock-go/dlock/internal/locktest"
 )
 
 // places counts the live writers' places of k in the holders table.
@@ -127,49 +128,8 @@ func TestWriterPlaceEnds(t *testing.T) {
 }
 
 // TestRWWaitLongerThanTTL: a read-write lock's waiter may wait longer than its own
-// TTL (behind a writer, or a writer behind readers): its lease's TTL starts with the
-// attempt that granted it, not with the wait, so the grant is good.
+// TTL (locktest.RWWaitLongerThanTTL).
 func TestRWWaitLongerThanTTL(t *testing.T) {
 	h := newTableHarness(t, false)
-	ctx := ctxFor(t, 30*time.Second)
-	for _, c := range []struct {
-		name        string
-		holdShared  bool
-		waitsShared bool
-	}{{"reader behind a writer", false, true}, {"writer behind a reader", true, false}} {
-		t.Run(c.name, func(t *testing.T) {
-			k := "rw-long-wait/" + c.name
-			holder, waiter := rwOn(t, h, k), rwOn(t, h, k)
-			take := func(m *dlock.RWMutex, shared bool, opts ...dlock.Option) (dlock.Lease, error) {
-				if shared {
-					return m.AcquireShared(ctx, opts...)
-				}
-				return m.Acquire(ctx, opts...)
-			}
-			held, err := take(holder, c.holdShared, dlock.WithTTL(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			const ttl = 200 * time.Millisecond
-			got := make(chan error, 1)
-			go func() {
-				ls, err := take(waiter, c.waitsShared, dlock.WithTTL(ttl))
-				if err == nil {
-					err = ls.Release(ctx)
-				}
-				got <- err
-			}()
-			select {
-			case err := <-got:
-				t.Fatalf("the waiter returned while the key was held: %v", err)
-			case <-time.After(3 * ttl): // the wait must outlast the waiter's TTL
-			}
-			if err := held.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-got; err != nil {
-				t.Fatalf("a waiter granted after waiting longer than its TTL: %v", err)
-			}
-		})
-	}
+	locktest.RWWaitLongerThanTTL(t, func(t *testing.T, k string) *dlock.RWMutex { return rwOn(t, h, k) })
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/redislock"
+	"github.com/dlock-go/dlock/internal/locktest"
 )
 
 // TestWriterPlaceEnds: the read-write lock's waiting writer keeps new readers out
@@ -21,16 +22,7 @@ func TestWriterPlaceEnds(t *testing.T) {
 	addr := sharedRedis(t).Addr()
 	admin := client(t, addr)
 	ctx := ctxFor(t, 30*time.Second)
-	newRW := func(k string) *dlock.RWMutex {
-		t.Helper()
-		l := redislock.New(client(t, addr))
-		t.Cleanup(func() { _ = l.Close() })
-		m, err := dlock.NewRWMutex(l, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	newRW := func(k string) *dlock.RWMutex { return rwMutex(t, addr, k) }
 	place := func(k string) string {
 		t.Helper()
 		v, err := admin.Get(ctx, redislock.WriterWaitKey(k)).Result()
@@ -107,58 +99,20 @@ func TestWriterPlaceEnds(t *testing.T) {
 }
 
 // TestRWWaitLongerThanTTL: a read-write lock's waiter may wait longer than its own
-// TTL (behind a writer, or a writer behind readers): its lease's TTL starts with the
-// request that granted it, not with the wait, so the grant is good.
+// TTL (locktest.RWWaitLongerThanTTL).
 func TestRWWaitLongerThanTTL(t *testing.T) {
 	addr := sharedRedis(t).Addr()
-	ctx := ctxFor(t, 30*time.Second)
-	for _, c := range []struct {
-		name        string
-		holdShared  bool
-		waitsShared bool
-	}{{"reader behind a writer", false, true}, {"writer behind a reader", true, false}} {
-		t.Run(c.name, func(t *testing.T) {
-			k := uniqueKey("rw-long-wait")
-			open := func() *dlock.RWMutex {
-				l := redislock.New(client(t, addr))
-				t.Cleanup(func() { _ = l.Close() })
-				m, err := dlock.NewRWMutex(l, k)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return m
-			}
-			holder, waiter := open(), open()
-			take := func(m *dlock.RWMutex, shared bool, opts ...dlock.Option) (dlock.Lease, error) {
-				if shared {
-					return m.AcquireShared(ctx, opts...)
-				}
-				return m.Acquire(ctx, opts...)
-			}
-			held, err := take(holder, c.holdShared, dlock.WithTTL(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			const ttl = 200 * time.Millisecond
-			got := make(chan error, 1)
-			go func() {
-				ls, err := take(waiter, c.waitsShared, dlock.WithTTL(ttl))
-				if err == nil {
-					err = ls.Release(ctx)
-				}
-				got <- err
-			}()
-			select {
-			case err := <-got:
-				t.Fatalf("the waiter returned while the key was held: %v", err)
-			case <-time.After(3 * ttl): // the wait must outlast the waiter's TTL
-			}
-			if err := held.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-got; err != nil {
-				t.Fatalf("a waiter granted after waiting longer than its TTL: %v", err)
-			}
-		})
+	locktest.RWWaitLongerThanTTL(t, func(t *testing.T, k string) *dlock.RWMutex { return rwMutex(t, addr, k) })
+}
+
+// rwMutex returns a read-write lock on k of a new client of addr, closed when t ends.
+func rwMutex(t testing.TB, addr, k string) *dlock.RWMutex {
+	t.Helper()
+	l := redislock.New(client(t, addr))
+	t.Cleanup(func() { _ = l.Close() })
+	m, err := dlock.NewRWMutex(l, k)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return m
 }

@@ -4,6 +4,8 @@ package locktest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,4 +253,52 @@ func RefreshCycle(t testing.TB, l dlock.Locker, key string) {
 		t.Fatal(err)
 	}
 	Release(t, ls)
+}
+
+// RWWaitLongerThanTTL checks that a read-write lock's waiter may wait longer than
+// its own TTL (a reader behind a writer, a writer behind a reader): its lease's TTL
+// starts with the attempt that granted it, not with the wait, so the grant is good.
+// open returns a new client's read-write lock on key.
+func RWWaitLongerThanTTL(t *testing.T, open func(t *testing.T, key string) *dlock.RWMutex) {
+	ctx := Ctx(t, 30*time.Second)
+	for _, c := range []struct {
+		name        string
+		holdShared  bool
+		waitsShared bool
+	}{{"reader behind a writer", false, true}, {"writer behind a reader", true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			k := fmt.Sprintf("rw-long-wait/%s/%d", strings.ReplaceAll(c.name, " ", "-"), time.Now().UnixNano())
+			holder, waiter := open(t, k), open(t, k)
+			take := func(m *dlock.RWMutex, shared bool, opts ...dlock.Option) (dlock.Lease, error) {
+				if shared {
+					return m.AcquireShared(ctx, opts...)
+				}
+				return m.Acquire(ctx, opts...)
+			}
+			held, err := take(holder, c.holdShared, dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ttl = 200 * time.Millisecond
+			got := make(chan error, 1)
+			go func() {
+				ls, err := take(waiter, c.waitsShared, dlock.WithTTL(ttl))
+				if err == nil {
+					err = ls.Release(ctx)
+				}
+				got <- err
+			}()
+			select {
+			case err := <-got:
+				t.Fatalf("the waiter returned while the key was held: %v", err)
+			case <-time.After(3 * ttl): // the wait must outlast the waiter's TTL
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("a waiter granted after waiting longer than its TTL: %v", err)
+			}
+		})
+	}
 }
