@@ -344,13 +344,13 @@ func (l *primLock) Token() uint64 { return l.token }
 func (l *primLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *primLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	res, err := l.s.refresh.ExecContext(ctx, micros(ttl), l.key, l.owner)
+	res, err := exec(ctx, l.s.refresh, micros(ttl), l.key, l.owner) // a deadlock victim changed nothing: again
 	return owned(ctx, "refresh", nil, res, err)
 }
 
 func (l *primLock) Unlock(ctx context.Context) error {
-	res, err := l.s.release.ExecContext(ctx, l.key, l.owner)
-	return owned(ctx, "release", func(ctx context.Context) { _, _ = l.s.tidy.ExecContext(ctx, l.key, l.owner) }, res, err)
+	res, err := exec(ctx, l.s.release, l.key, l.owner) // a deadlock victim changed nothing: again
+	return owned(ctx, "release", func(ctx context.Context) { _, _ = exec(ctx, l.s.tidy, l.key, l.owner) }, res, err)
 }
 
 // tidy deletes the holder row, best effort, with a fresh short context.
