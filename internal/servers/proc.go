@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -85,54 +86,99 @@ func lookPath(name string) (string, error) {
 	return "", exec.ErrNotFound
 }
 
-// handedOut holds every port freePort has returned in this process: servers started
-// in parallel (StartRedisMasters) must not be given the same port, which the kernel
-// may offer again as soon as the probing listener closes — the second server then
-// fails to bind while the first one answers its readiness check.
+// handedOut holds every port freePort and freePorts have returned in this process:
+// servers started in parallel (StartRedisMasters) must not be given the same port,
+// which may look free again as soon as the probing listener closes — the second
+// server then fails to bind while the first one answers its readiness check.
 var handedOut struct {
 	sync.Mutex
 	ports map[int]bool
 }
 
+// Server ports come from below the kernel's ephemeral port range
+// (/proc/sys/net/ipv4/ip_local_port_range), never from it: a server that a test
+// stops and starts again (a restart, a failover) binds the same port again, and
+// while it is down a connection that any process opens may be given that port as
+// its local port, for as long as the connection lives — the restart then fails with
+// "address already in use" (an etcd restart did, during a full campaign, while
+// three test packages ran at once). Below the range only an explicit bind can take
+// a port, and other test processes choose theirs at random from the same range,
+// each checking that it binds. Where the range leaves too few ports below it, ports
+// come from the kernel (":0") as before.
+const (
+	lowestServerPort = 10000
+	minServerPorts   = 4096
+)
+
+// serverPorts returns the range [lo, hi) server ports are chosen from, or ok false
+// when there is none (then the kernel chooses).
+func serverPorts() (lo, hi int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 0, 0, false
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first-lowestServerPort < minServerPorts {
+		return 0, 0, false
+	}
+	return lowestServerPort, first, true
+}
+
+// listenFree listens on a loopback port that no caller in this process has been
+// given (handedOut.ports; the caller holds handedOut's lock): a random one of
+// serverPorts, else one the kernel picks.
+func listenFree() (net.Listener, error) {
+	lo, hi, ok := serverPorts()
+	for range 200 {
+		addr := "127.0.0.1:0"
+		if ok {
+			addr = hostPort(lo + mrand.IntN(hi-lo))
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			if ok {
+				continue // taken: try another
+			}
+			return nil, err
+		}
+		if port := l.Addr().(*net.TCPAddr).Port; !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return l, nil
+		}
+		l.Close()
+	}
+	return nil, fmt.Errorf("no free loopback port that was not already handed out in 200 tries")
+}
+
 // freePort returns a loopback TCP port that was free a moment ago and that no other
 // caller in this process has been given.
 func freePort() (int, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
+}
+
+// freePorts returns n distinct ports as freePort does.
+func freePorts(n int) ([]int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	if handedOut.ports == nil {
 		handedOut.ports = map[int]bool{}
 	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("no loopback port that was not already handed out in 100 tries")
-}
-
-func freePorts(n int) ([]int, error) {
-	// Hold all listeners until the end so the n ports are distinct.
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
 	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range n {
+		l, err := listenFree()
 		if err != nil {
 			return nil, err
 		}
-		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
 	}
 	return ports, nil
 }
