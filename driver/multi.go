@@ -33,10 +33,11 @@ type SetLock interface {
 
 // MultiWaiter is implemented by a MultiLocker whose store queues a waiting set of
 // keys in the queue of every key at once, so that the set is not passed over for
-// ever by waiters of single keys or other sets. dlock.AcquireAll waits with it
-// (unless the caller gave a retry strategy); without it, a backend that queues
-// waiters (Waiter) waits in one key's queue at a time, holding nothing, and a set
-// may be overtaken for as long as its keys are busy.
+// ever by waiters of single keys or other sets. dlock.AcquireAll waits with it when
+// the driver is also a Waiter and the caller gave no retry strategy (a driver that
+// is not a Waiter is retried, and this method is not called); without it, a Waiter
+// waits in one key's queue at a time, holding nothing, and a set may be overtaken
+// for as long as its keys are busy.
 type MultiWaiter interface {
 	// LockAll blocks until every key is ours at once, ctx is done, or the store
 	// fails, as Waiter.Lock does for one key (it leaves nothing behind when ctx

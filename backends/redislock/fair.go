@@ -114,15 +114,24 @@ func (d fairDriver) attempt(ctx context.Context, key string, f *fairCall, wait b
 		return res.Acquired, err
 	})
 	if err != nil {
-		if res.Acquired || !redisops.IsReply(err) || wait {
-			d.leave(f)
-		}
+		leaveIfSent(err, res, wait, func() { d.leave(f) })
 		return nil, res, err
 	}
 	if !res.Acquired {
 		return nil, res, nil
 	}
 	return &redisLock{d: d.redisDriver, key: key, value: f.value, token: res.Token, fair: f, validFrom: sent}, res, nil
+}
+
+// leaveIfSent is the error path of attempt and attemptAll. After an error that is
+// not the script's own reply the script may have run; and a waiting caller, or one
+// the reply granted, may be queued or hold keys. Then leave takes the caller out of
+// the queues and gives back what it may hold; after the script's own refusal of a
+// try there is nothing to undo.
+func leaveIfSent(err error, res fairResult, wait bool, leave func()) {
+	if res.Acquired || !redisops.IsReply(err) || wait {
+		leave()
+	}
 }
 
 // leave takes f's owner out of its key's queue and gives back the lock if it holds

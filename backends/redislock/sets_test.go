@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -81,7 +82,7 @@ func fences(t *testing.T, c *redis.Client, keys []string) []uint64 {
 	out := make([]uint64, len(keys))
 	for i, k := range keys {
 		n, err := c.Get(ctxFor(t, 10*time.Second), redisops.FenceKey(k)).Uint64()
-		if err != nil && err != redis.Nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}
 		out[i] = n
