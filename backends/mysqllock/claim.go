@@ -17,88 +17,91 @@ import (
 // and a client that releases a key and asks again at once finds it free before a
 // waiter's next look: without more, such clients pass a waiter over for as long as
 // they keep asking (TestLongWaiterIsNotPassedOver: thousands of times). So an
-// Acquire that has waited claimAfter claims the key in its row (claimColumns);
-// while the claim lasts, a free key goes to no one but the claimer (and Acquires
-// that began to wait before it), and the claim goes to the Acquire that began to
-// wait first. The claimer looks often; the others that have waited claimAfter look
-// the less often the later they began to wait than the claimer, so that the looks
-// per hand-off do not grow with their number. Waits shorter than claimAfter cost
-// what they cost before: the key goes to whoever asks first, in one statement.
-// This bounds how often a waiter is passed over without the fair mode's order (or
-// its cost): the claim is not handed on, so between a claimer's grant and the next
-// claim a client that asks may still take the key first.
+// Acquire that has waited claimAfter joins the fair mode's queue (the queue table)
+// and waits there as a WithFIFO Acquire does, and each look of a queued waiter
+// claims the key in its row (claim_until) for claimTTL: while a claim lasts, the
+// one-statement fast path (acquireSQL, takeSQL) does not take a free key, and the
+// first queued waiter takes it at its next look. A grant leaves the claim in place
+// when other waiters are queued, so the claim is handed on with the key: the
+// client that just released cannot take it back while anyone who has waited
+// claimAfter waits. Waits shorter than claimAfter cost what they cost before: the
+// key goes to whoever asks first, in one statement. So the default mode's grants
+// are in arrival order among those who have waited claimAfter, and the fast path
+// stays that of an uncontended key (WithFIFO's try also reads the queue table).
 
-// claimAfter is how long an Acquire waits before it claims the key: a wait this
-// short costs no claim, and a barging client passes a waiter over during it only.
-const claimAfter = 10 * time.Millisecond
+// claimAfter is how long an Acquire polls before it joins the queue: a wait this
+// short costs no queue row, and a barging client passes a waiter over during it only.
+const claimAfter = 2 * time.Millisecond
 
-// claimTTL is how long a claim lasts without a look of its claimer: an Acquire
-// that ended without a word (its process killed, its network cut) keeps others
-// from a free key at most this long. Its claimer looks at most maxClaimerPause
-// apart, so it renews the claim several times within it.
+// claimTTL is how long a claim lasts past the last look of a queued waiter: an
+// Acquire that ended without a word (its process killed, its network cut) keeps
+// others from a free key at most this long past its last look (and it stays in
+// the queue until its row's deadline, as in the fair mode). The first waiter looks
+// at most 64ms apart, the others at most maxQueuePause, so it is renewed several
+// times within it.
 const claimTTL = 250 * time.Millisecond
 
-// maxClaimerPause bounds the pause of the claimer between two looks: the key is
-// handed to it at most this long after its release. maxClaimWaitPause bounds that
-// of the other Acquires that have waited claimAfter.
-const (
-	maxClaimerPause   = 64 * time.Millisecond
-	maxClaimWaitPause = 256 * time.Millisecond
-)
-
-// maxPollPause bounds the pause between two looks of an Acquire on a table without
-// claim columns, as dlock.DefaultRetry does.
+// maxPollPause bounds the pause between two looks of an Acquire that does not
+// queue (a table without claim columns or queue table), as dlock.DefaultRetry does.
 const maxPollPause = 250 * time.Millisecond
 
-// unclaimSQL ends the caller's claim on the key. Arguments: key, owner.
-const unclaimSQL = `UPDATE %s SET claim_until = ` + freeAt + ` WHERE lock_key = ? AND claimer = ?`
+// claimLook is the queued look of the default mode: fairAcquireSQL with fairMine
+// and the ahead count, which also sets the key's claim: ended by a grant when no
+// other live waiter is queued, renewed for claimTTL (%[3]d µs) otherwise. The
+// assignment runs after owner's, so "owner = ?" tells a grant. %[1]s is the lock
+// table, %[2]s the queue table. Extra arguments: owner, key, owner.
+const claimLook = `,
+  claim_until = IF(owner = ? AND NOT EXISTS (SELECT 1 FROM %[2]s WHERE lock_key = ? AND deadline > UTC_TIMESTAMP(6) AND waiter <> ?),
+    ` + freeAt + `, UTC_TIMESTAMP(6) + INTERVAL %[3]d MICROSECOND)`
+
+// unclaimSQL ends the key's claim when no live waiter is queued: run by a waiter
+// that left the queue without the key. Arguments: key, key.
+const unclaimSQL = `UPDATE %[1]s SET claim_until = ` + freeAt + `
+WHERE lock_key = ? AND NOT EXISTS (SELECT 1 FROM %[2]s WHERE lock_key = ? AND deadline > UTC_TIMESTAMP(6))`
 
 var _ driver.Waiter = (*tableDriver)(nil)
 
 // Lock takes the key, waiting until ctx ends. It tries at once; while the key is
 // held it looks again after a random pause that doubles up to 250ms (cut to the
-// holder's remaining time), and from claimAfter on with waitSQL, which claims the
-// key for the Acquire that began to wait first: the claimer looks 1ms after, then
-// doubling up to maxClaimerPause, and gets the key at its first look after the
-// release; another looks after about as long as the claimer had waited before it
-// began to (at least 2ms, at most maxClaimWaitPause). When ctx ends it ends its
-// claim (and gives back a lock granted to a request whose reply it did not wait
-// for). On a table without claim columns it only polls.
+// holder's remaining time, and to claimAfter), and from claimAfter on it joins the
+// queue and waits as WithFIFO's Lock does, claiming the key at each look. When ctx
+// ends it leaves the queue, ends the claim if no one else is queued, and gives back
+// a lock granted to a request whose reply it did not wait for. On a table without
+// the claim columns or the queue table it only polls.
 func (d *tableDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	start := time.Now()
 	lk, me, busy, err := d.firstTry(ctx, key, ttl, d.TryLock)
 	if me == nil {
 		return lk, err
 	}
-	w := waiting{remaining: busyTime(busy)}
+	queues := me.s.queue != nil
+	remaining := busyTime(busy)
 	for attempt := 1; ; attempt++ {
-		t := time.NewTimer(w.pause(attempt, time.Since(start), me.s.wait != nil))
+		waited := time.Since(start)
+		if queues && waited >= claimAfter {
+			return d.queueWait(ctx, me, ttl, true)
+		}
+		p := jitter(attempt, maxPollPause)
+		if queues {
+			p = min(p, claimAfter-waited) // queue as soon as it may
+		}
+		if remaining > 0 {
+			p = min(p, remaining+time.Millisecond)
+		}
+		t := time.NewTimer(max(p, time.Millisecond))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			if w.claimer {
-				d.unclaim(me)
-			}
 			return nil, ctx.Err()
 		}
-		if me.s.wait == nil || time.Since(start) < claimAfter {
-			lk, err := d.TryLock(ctx, key, ttl)
-			if err == nil || !isBusy(err) {
-				return lk, driver.WaitErr(ctx, err)
-			}
-			w.remaining = busyTime(err)
-			continue
-		}
-		lk, err := me.look(ctx, ttl, time.Since(start), &w)
+		lk, err := d.TryLock(ctx, key, ttl)
 		if err == nil || !isBusy(err) {
-			if err != nil && w.claimer {
-				d.unclaim(me)
-			}
 			return lk, driver.WaitErr(ctx, err)
 		}
+		remaining = busyTime(err)
 	}
 }
 
@@ -118,77 +121,11 @@ func (d *tableDriver) firstTry(ctx context.Context, key string, ttl time.Duratio
 	return nil, me, busy, nil
 }
 
-// waiting is what an Acquire learnt at its last look.
-type waiting struct {
-	remaining time.Duration // the holder's remaining time (0: unknown, or free but claimed)
-	claimer   bool          // the key's claim is this Acquire's
-	claimed   int           // looks since it holds the claim
-	behind    time.Duration // how much later it began to wait than the claimer
-}
-
-// pause returns how long to wait before look attempt, after waited.
-func (w *waiting) pause(attempt int, waited time.Duration, claims bool) time.Duration {
-	var p time.Duration
-	switch {
-	case w.claimer:
-		p = min(time.Millisecond<<min(w.claimed, 6), maxClaimerPause)
-	case claims && waited >= claimAfter:
-		// Its turn comes after those that began to wait before it, about as
-		// many hand-offs as there are of them, and they began about behind
-		// earlier: look again after about that long.
-		p = min(max(w.behind, 2*time.Millisecond), maxClaimWaitPause)
-	default:
-		p = jitter(attempt, maxPollPause)
-		if claims {
-			p = min(p, claimAfter-waited) // claim as soon as it may
-		}
-	}
-	if w.remaining > 0 {
-		p = min(p, w.remaining+time.Millisecond)
-	}
-	return max(p, time.Millisecond)
-}
-
 // jitter is a random pause in [0, 1ms·2^(attempt-1)], at most ceiling: full jitter,
 // as dlock.ExponentialBackoff.
 func jitter(attempt int, ceiling time.Duration) time.Duration {
 	bound := min(time.Millisecond<<min(attempt-1, 20), ceiling)
 	return time.Duration(mrand.Int64N(int64(bound) + 1))
-}
-
-// look is one waitSQL of l's Acquire, which has waited waited: l's lock, or Busy,
-// with w updated.
-func (l *tableLock) look(ctx context.Context, ttl, waited time.Duration, w *waiting) (driver.Lock, error) {
-	sctx, done := graced(ctx)
-	defer done()
-	us, o := micros(ttl), l.owner[:]
-	l.validFrom = time.Now()
-	w8 := micros(waited)
-	res, err := exec(sctx, l.s.wait, l.key, o, us, o, w8, o, w8, o, o, us, o, o, w8, o, o, o, w8, o, o, o, w8)
-	if err == nil {
-		var id int64
-		if id, err = res.LastInsertId(); err == nil && id&busyFlag != 0 {
-			if id&claimBit != 0 {
-				w.claimed++
-			} else {
-				w.claimed = 0
-			}
-			w.claimer = id&claimBit != 0
-			v := id &^ (busyFlag | claimBit)
-			w.behind = time.Duration(v>>aheadShift) * time.Millisecond
-			w.remaining = time.Duration(v&(1<<aheadShift-1)) * time.Microsecond
-			return nil, driver.Busy(w.remaining)
-		}
-	}
-	return l.settled(ctx, sctx, res, err)
-}
-
-// unclaim ends l's claim on its key, best effort (a claim left behind ends at its
-// claim_until), with a fresh short context: it runs when the caller's ctx ended.
-func (d *tableDriver) unclaim(l *tableLock) {
-	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
-	defer cancel()
-	_, _ = exec(ctx, l.s.unclaim, l.key, l.owner[:])
 }
 
 // busyTime returns the remaining time of a driver.Busy error (0 if none).
@@ -207,6 +144,11 @@ const erBadField = 1054
 func isBadField(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == erBadField
+}
+
+func isNoTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == erNoSuchTable
 }
 
 // erDupFieldName is MySQL's ER_DUP_FIELDNAME: the column is there already.

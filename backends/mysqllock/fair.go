@@ -17,7 +17,8 @@ import (
 // The fair mode (WithFIFO): the table's lock, granted in arrival order from a queue of
 // waiters kept in a second table (the lock table's name + "_queue"). Each waiter's
 // row has a deadline it renews every third of its TTL, so a waiter that crashed stops
-// counting at its deadline.
+// counting at its deadline. The default mode queues in the same table the Acquires
+// that have waited claimAfter (claim.go).
 
 // QueueSuffix is appended to the lock table's name to name its queue table.
 const QueueSuffix = "_queue"
@@ -49,8 +50,9 @@ const (
 
 // fairAcquireSQL is acquireSQL with cond (fairFree or fairMine) deciding the grant.
 // The busy answer in LAST_INSERT_ID is busyFlag + ahead×2^40 + the holder's remaining
-// microseconds (at most 2^40−1). Arguments: key, owner, ttl µs, cond's, ahead's, cond's,
-// owner, owner, ttl µs.
+// microseconds (at most 2^40−1). %[6]s is more assignments (the default mode's
+// claimLook, or none). Arguments: key, owner, ttl µs, cond's, ahead's, cond's,
+// owner, owner, ttl µs, and those of %[6]s.
 const fairAcquireSQL = `INSERT INTO %[1]s (lock_key, owner, token, expires_at)
 VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 ON DUPLICATE KEY UPDATE
@@ -59,7 +61,7 @@ ON DUPLICATE KEY UPDATE
              token + LEAST(0, LAST_INSERT_ID(%[5]d + LEAST(%[4]s, 2097151) * 1099511627776 +
                LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0), 1099511627775)))),
   owner = IF(%[3]s, ?, owner),
-  expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
+  expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)%[6]s`
 
 // The queue's statements. %s is the queue table.
 const (
@@ -75,23 +77,33 @@ const (
 // aheadShift is where the busy answer of fairAcquireSQL keeps the waiters ahead.
 const aheadShift = 40
 
-type fairStatements struct{ try, claim, enqueue, renew, dequeue *sql.Stmt }
+// queueStatements are the statements of a queued waiter: look (the claim of the
+// first waiter), and those of its row. try is WithFIFO's TryLock (nil in the
+// default mode), unclaim the default mode's end of a claim (nil with WithFIFO).
+type queueStatements struct{ try, look, enqueue, renew, dequeue, unclaim *sql.Stmt }
 
-func (s *fairStatements) list() []*sql.Stmt {
-	return []*sql.Stmt{s.try, s.claim, s.enqueue, s.renew, s.dequeue}
+func (s *queueStatements) list() []*sql.Stmt {
+	return []*sql.Stmt{s.try, s.look, s.enqueue, s.renew, s.dequeue, s.unclaim}
 }
 
-// prepareFair prepares the fair mode's statements on the tables t (quoted) and q.
-func prepareFair(ctx context.Context, db *sql.DB, t, q string) (*fairStatements, error) {
-	var s fairStatements
+// prepareQueue prepares the queue's statements on the tables t and q (quoted): the
+// fair mode's with fifo, else the default mode's (whose looks claim the key).
+func prepareQueue(ctx context.Context, db *sql.DB, t, q string, fifo bool) (*queueStatements, error) {
+	var s queueStatements
 	var err error
 	prep := func(dst **sql.Stmt, query string) {
 		if err == nil {
 			*dst, err = db.PrepareContext(ctx, query)
 		}
 	}
-	prep(&s.try, fmt.Sprintf(fairAcquireSQL, t, q, fmt.Sprintf(fairFree, t, q), "0", busyFlag))
-	prep(&s.claim, fmt.Sprintf(fairAcquireSQL, t, q, fmt.Sprintf(fairMine, t, q), fmt.Sprintf(fairAhead, t, q), busyFlag))
+	mine, ahead := fmt.Sprintf(fairMine, t, q), fmt.Sprintf(fairAhead, t, q)
+	if fifo {
+		prep(&s.try, fmt.Sprintf(fairAcquireSQL, t, q, fmt.Sprintf(fairFree, t, q), "0", busyFlag, ""))
+		prep(&s.look, fmt.Sprintf(fairAcquireSQL, t, q, mine, ahead, busyFlag, ""))
+	} else {
+		prep(&s.look, fmt.Sprintf(fairAcquireSQL, t, q, mine, ahead, busyFlag, fmt.Sprintf(claimLook, t, q, claimTTL.Microseconds())))
+		prep(&s.unclaim, fmt.Sprintf(unclaimSQL, t, q))
+	}
 	prep(&s.enqueue, fmt.Sprintf(enqueueSQL, q))
 	prep(&s.renew, fmt.Sprintf(renewSQL, q))
 	prep(&s.dequeue, fmt.Sprintf(dequeueSQL, q))
@@ -102,7 +114,7 @@ func prepareFair(ctx context.Context, db *sql.DB, t, q string) (*fairStatements,
 	return &s, nil
 }
 
-func (s *fairStatements) close() {
+func (s *queueStatements) close() {
 	for _, st := range s.list() {
 		if st != nil {
 			st.Close()
@@ -123,7 +135,7 @@ func (d fairTableDriver) TryLock(ctx context.Context, key string, ttl time.Durat
 	}
 	s := lk.s
 	us := micros(ttl)
-	res, err := exec(ctx, s.fair.try, lk.key, lk.owner[:], us, lk.key, lk.key, lk.owner[:], lk.owner[:], us)
+	res, err := exec(ctx, s.queue.try, lk.key, lk.owner[:], us, lk.key, lk.key, lk.owner[:], lk.owner[:], us)
 	if busy, _, ok := fairBusy(res, err); ok {
 		return nil, driver.Busy(busy)
 	}
@@ -144,44 +156,55 @@ func fairBusy(res sql.Result, err error) (remaining time.Duration, ahead int, ok
 	return time.Duration(v&(1<<aheadShift-1)) * time.Microsecond, int(v >> aheadShift), true
 }
 
-// Lock tries once; when the lock is held or others wait it joins the queue and asks
-// again — the first waiter often (every 1 ms, doubling up to 64 ms, cut to the
-// holder's remaining time), the others the less often the further back they are
-// (2 ms × 2^ahead) — renewing its place every third of ttl. When ctx ends it leaves
-// the queue (and gives back a lock granted to a request whose reply it did not wait
-// for).
+// Lock tries once; when the lock is held or others wait it joins the queue and
+// waits there (queueWait).
 func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	lk, me, _, err := d.firstTry(ctx, key, ttl, d.TryLock)
 	if me == nil {
 		return lk, err
 	}
-	s := me.s
+	return d.queueWait(ctx, me, ttl, false)
+}
+
+// queueWait joins me to its key's queue and asks again until it is granted the key
+// — the first waiter often (every 1 ms, doubling up to 64 ms, cut to the holder's
+// remaining time), the others the less often the further back they are (pacer) —
+// renewing its place every third of ttl. claims says its looks claim the key (the
+// default mode). When ctx ends it leaves the queue (and gives back a lock granted
+// to a request whose reply it did not wait for).
+func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Duration, claims bool) (driver.Lock, error) {
+	s := me.s.queue
 	us := micros(ttl)
-	res, err := exec(ctx, s.fair.enqueue, me.key, me.owner[:], us)
+	res, err := exec(ctx, s.enqueue, me.key, me.owner[:], us)
 	var seq int64
 	if err == nil {
 		seq, err = res.LastInsertId()
 	}
 	if err != nil {
-		d.leave(me)
+		d.leave(me, claims)
 		return nil, driver.WaitErr(ctx, fmt.Errorf("join the queue: %w", err))
 	}
 	renewEvery := max(ttl/3, time.Millisecond)
 	renewAt := time.Now().Add(renewEvery)
 	headPause := time.Millisecond
 	pace := pacer{per: 2 * time.Millisecond}
+	args := []any{me.key, me.owner[:], us, me.key, me.owner[:], me.key, int64(0),
+		me.key, me.owner[:], me.owner[:], me.owner[:], us}
+	if claims {
+		args = append(args, me.owner[:], me.key, me.owner[:])
+	}
 	for {
+		args[6] = seq
 		me.validFrom = time.Now()
-		res, err := exec(ctx, s.fair.claim, me.key, me.owner[:], us, me.key, me.owner[:], me.key, seq,
-			me.key, me.owner[:], me.owner[:], me.owner[:], us)
+		res, err := exec(ctx, s.look, args...)
 		remaining, ahead, busy := fairBusy(res, err)
 		if isDeadlock(err) {
-			// InnoDB rolled the claim back for a concurrent statement on the queue:
+			// InnoDB rolled the look back for a concurrent statement on the queue:
 			// nothing was taken; ask again shortly.
 			busy, ahead, remaining = true, 0, 0
 		}
 		if !busy {
-			// Leave the queue whenever the claim answered, also if ctx ended just
+			// Leave the queue whenever the look answered, also if ctx ended just
 			// after: a granted lock is returned then, and a row left behind would
 			// stand first in the queue until its deadline.
 			if err == nil {
@@ -189,23 +212,23 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 			}
 			lk, err := me.granted(ctx, res, err)
 			if err != nil {
-				d.leave(me)
+				d.leave(me, claims)
 				return nil, driver.WaitErr(ctx, err)
 			}
 			return lk, nil
 		}
 		if time.Now().After(renewAt) {
 			renewAt = time.Now().Add(renewEvery)
-			ok, err := affected(exec(ctx, s.fair.renew, us, me.owner[:]))
+			ok, err := affected(exec(ctx, s.renew, us, me.owner[:]))
 			if err == nil && !ok { // dropped (it did not renew in time): queue again
 				var res sql.Result
-				res, err = exec(ctx, s.fair.enqueue, me.key, me.owner[:], us)
+				res, err = exec(ctx, s.enqueue, me.key, me.owner[:], us)
 				if err == nil {
 					seq, err = res.LastInsertId()
 				}
 			}
 			if err != nil {
-				d.leave(me)
+				d.leave(me, claims)
 				return nil, driver.WaitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
 			}
 		}
@@ -227,7 +250,7 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			d.leave(me)
+			d.leave(me, claims)
 			return nil, ctx.Err()
 		}
 	}
@@ -279,10 +302,10 @@ func (d *tableDriver) newLock(ctx context.Context, key string) (*tableLock, erro
 
 // dequeue deletes the waiter's row (and the key's expired rows), best effort: a row
 // left behind stops counting at its deadline.
-func (d fairTableDriver) dequeue(l *tableLock) {
+func (d *tableDriver) dequeue(l *tableLock) {
 	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 	defer cancel()
-	_, _ = exec(ctx, l.s.fair.dequeue, l.owner[:], l.key)
+	_, _ = exec(ctx, l.s.queue.dequeue, l.owner[:], l.key)
 }
 
 func isDeadlock(err error) bool {
@@ -290,12 +313,16 @@ func isDeadlock(err error) bool {
 	return errors.As(err, &me) && me.Number == erLockDeadlock
 }
 
-// leave takes the waiter out of the queue and frees the lock if a request whose
-// reply it did not wait for took it.
-func (d fairTableDriver) leave(l *tableLock) {
+// leave takes the waiter out of the queue, ends the key's claim (with claims) if no
+// one else is queued, and frees the lock if a request whose reply it did not wait
+// for took it; best effort (a claim left behind ends claimTTL after the last look).
+func (d *tableDriver) leave(l *tableLock, claims bool) {
 	d.dequeue(l)
 	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 	defer cancel()
+	if claims {
+		_, _ = exec(ctx, l.s.queue.unclaim, l.key, l.key)
+	}
 	_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])
 }
 

@@ -57,7 +57,7 @@ func (d *tableDriver) TryLockAll(ctx context.Context, keys []string, ttl time.Du
 		return nil, err
 	}
 	claim := unclaimed
-	if st.wait == nil {
+	if !st.claims {
 		claim = "TRUE" // a table without claim columns
 	}
 	s := &tableSet{d: d, table: quoteIdent(d.cfg.table)}

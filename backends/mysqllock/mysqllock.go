@@ -60,9 +60,9 @@ type config struct {
 // the queue table) fit MySQL's 64.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
-// WithFIFO turns the fair mode on or off. In the fair mode waiting Acquires queue in
-// a second table (the lock table's name + QueueSuffix, created by Migrate with
-// WithFIFO) and are granted the lock in arrival order: a TryAcquire fails while
+// WithFIFO turns the fair mode on or off. In the fair mode waiting Acquires queue at
+// once in a second table (the lock table's name + QueueSuffix, created by Migrate;
+// the default mode queues there the Acquires that have waited 2ms) and are granted the lock in arrival order: a TryAcquire fails while
 // anyone waits, and a holder that releases and asks again queues behind the
 // waiters. Each waiter renews its row's deadline every third of its TTL; a waiter
 // that stops (a crashed process) no longer counts once its deadline passes by the
@@ -136,20 +136,23 @@ func validateTable(name string) error {
 //
 // Waiters poll, each pause cut to the holder's remaining time as the server sees
 // it. A key is taken by whoever asks first while it is free, except that an Acquire
-// that has waited 10ms claims it in its row: then only the claimer (and an Acquire
-// that began to wait before it) may take it when it frees, and the claimer, which
-// looks every few milliseconds, gets it at its next look. So a client that releases
-// and asks again at once cannot pass a waiter over for long; TryAcquire fails (and
-// AcquireAll waits) on a free key while a claim lasts. A claim lasts 250ms past its
-// claimer's last look, and ends with its Acquire. With WithRetry your strategy
-// polls with TryAcquire instead, and claims nothing. A table Migrate made before
-// claims existed works without them until Migrate runs again; a Locker made before
-// that goes on without them (it prepares its statements once), one made after uses
-// them.
+// that has waited 2ms joins the fair mode's queue (the queue table, see WithFIFO)
+// and claims the key in its row at each look: while a claim lasts only the first
+// queued waiter may take the key when it frees, and it gets it at its next look; a
+// grant keeps the claim while others are queued. So a client that releases and
+// asks again at once waits 2ms, then queues behind those already queued;
+// TryAcquire fails (and AcquireAll waits) on a free key while a claim lasts. A claim
+// lasts 250ms past the last look of a queued waiter, and ends with the last queued
+// Acquire. With WithRetry your strategy polls with TryAcquire instead, and neither
+// queues nor claims. A table Migrate made before claims existed, or a database
+// without the queue table, works without them (waiters only poll) until Migrate
+// runs again; a Locker made before that goes on without them (it prepares its
+// statements once), one made after uses them.
 //
-// Not guaranteed: the order of grants (the claim is not handed on, so between one
-// claimer's grant and the next claim a client that asks may still go first; use
-// WithFIFO for arrival order).
+// Not guaranteed: the order of grants among Acquires that have waited less than
+// 2ms (use WithFIFO for arrival order from the first wait); an Acquire whose
+// process died stays first in the queue until its row's deadline (its TTL), as in
+// the fair mode.
 //
 // Also not guaranteed: expiry follows the database server's clock, so a step of that clock
 // moves every expiry (and every claim's end); a session that sets @@timestamp fakes "now" for its own
@@ -177,8 +180,8 @@ func newLocker(db *sql.DB, c config) dlock.Locker {
 // Migrate creates the lock table in db if it does not exist (DefaultTable, or the one
 // given with WithTable), beside it the table of the semaphores and read-write locks
 // (HoldersTable), that of the elections (ElectionsTable) and that of the locks'
-// holder records (OwnersTable), and with WithFIFO(true)
-// the fair mode's queue table (the lock table's name + QueueSuffix). It is idempotent
+// holder records (OwnersTable), and the waiters' queue table (the lock table's name +
+// QueueSuffix; both modes queue there). It is idempotent
 // and safe to run from many processes at once.
 // It returns the database's error, wrapped, if the table cannot be created (e.g. no
 // CREATE privilege). Of an existing lock table it checks one thing: a table made
@@ -201,11 +204,9 @@ func migrate(ctx context.Context, db *sql.DB, c config) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(createTable, quoteIdent(c.table))); err != nil {
 		return fmt.Errorf("create table %s: %w", quoteIdent(c.table), err)
 	}
-	if c.fifo {
-		q := quoteIdent(c.table + QueueSuffix)
-		if _, err := db.ExecContext(ctx, fmt.Sprintf(createQueue, q)); err != nil {
-			return fmt.Errorf("create table %s: %w", q, err)
-		}
+	q := quoteIdent(c.table + QueueSuffix) // both modes queue their waiters
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(createQueue, q)); err != nil {
+		return fmt.Errorf("create table %s: %w", q, err)
 	}
 	if err := migrateHolders(ctx, db, c.table); err != nil {
 		return err

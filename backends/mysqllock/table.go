@@ -23,7 +23,7 @@ func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`",
 // The table: a key's row is kept when its lock is released (its expiry becomes
 // freeAt) so that its token keeps counting up. Keys are bytes, compared exactly. Every
 // other column has a fixed size, so that InnoDB updates rows in place. The claim
-// columns (claimColumns) hold the claim of the Acquire that has waited longest.
+// columns (claimColumns) say whether queued waiters claim the key.
 const createTable = `CREATE TABLE IF NOT EXISTS %s (
   lock_key   VARBINARY(255) NOT NULL,
   owner      BINARY(16) NOT NULL,
@@ -33,13 +33,12 @@ const createTable = `CREATE TABLE IF NOT EXISTS %s (
   PRIMARY KEY (lock_key)
 ) ENGINE=InnoDB`
 
-// claimColumns: an Acquire that has waited claimAfter claims the key (claimer, its
-// owner value), unless one that has waited longer holds the claim (claim_since,
-// when that one started waiting, by the server's clock). A claim lasts until
-// claim_until, which its claimer renews at each look: while it lasts, no one else
-// may take the key when it frees, and the claimer takes it at its next look. A
-// table created before these columns existed works without claims until Migrate
-// adds them.
+// claimColumns: while claim_until has not passed (by the server's clock), Acquires
+// queued in the default mode claim the key, and the fast path does not take it
+// when it frees (claim.go). claimer and claim_since are no longer written (an
+// earlier claim design kept the claimer there); they stay so that a table keeps
+// one layout. A table created before these columns existed works without claims
+// until Migrate adds them.
 const claimColumns = claimerColumn + ",\n  " + claimSinceColumn + ",\n  " + claimUntilColumn
 
 const (
@@ -80,37 +79,6 @@ ON DUPLICATE KEY UPDATE
 // unclaimed is acquireSQL's and takeSQL's claim condition on a table with claim
 // columns: no claim lasts.
 const unclaimed = `claim_until <= UTC_TIMESTAMP(6)`
-
-// claimBit marks the busy answer of waitSQL when the caller holds the key's claim.
-const claimBit = 1 << 61
-
-// waitSQL is the look of an Acquire that has waited claimAfter: acquireSQL that
-// may also take a key claimed by the caller or by an Acquire that began to wait
-// after it (the caller's since = now less its wait so far), and that otherwise
-// claims the key for the caller when no claim lasts, the claim is the caller's, or
-// the claimer began to wait after the caller. A claim is renewed for claimTTL
-// (%[3]d µs) at each look; a grant ends it. The busy answer (set in the last
-// assignment, which a grant does not reach) is busyFlag, plus claimBit when the
-// caller holds the claim, plus how many milliseconds after the claimer the caller
-// began to wait × %[5]d (2^aheadShift), plus the holder's remaining microseconds.
-//
-// Arguments: key, owner, ttl µs; owner, waited µs (token); owner, waited µs, owner
-// (owner); owner, ttl µs (expires_at); owner, owner, waited µs, owner (claimer);
-// owner, owner, waited µs (claim_since); owner, owner, owner, waited µs
-// (claim_until).
-const waitSQL = `INSERT INTO %[1]s (lock_key, owner, token, expires_at)
-VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
-ON DUPLICATE KEY UPDATE
-  token = IF(expires_at <= UTC_TIMESTAMP(6) AND (claim_until <= UTC_TIMESTAMP(6) OR claimer = ? OR claim_since > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND), LAST_INSERT_ID(token + 1), token),
-  owner = IF(expires_at <= UTC_TIMESTAMP(6) AND (claim_until <= UTC_TIMESTAMP(6) OR claimer = ? OR claim_since > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND), ?, owner),
-  expires_at = IF(owner = ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at),
-  claimer = IF(owner <> ? AND (claim_until <= UTC_TIMESTAMP(6) OR claimer = ? OR claim_since > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND), ?, claimer),
-  claim_since = IF(owner <> ? AND claimer = ?, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, claim_since),
-  claim_until = IF(owner = ?, ` + freeAt + `,
-    IF(claimer = ?, UTC_TIMESTAMP(6) + INTERVAL %[3]d MICROSECOND, claim_until) +
-    INTERVAL LEAST(0, LAST_INSERT_ID(%[2]d + IF(claimer = ?, %[4]d, 0) +
-      LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, claim_since, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND) DIV 1000, 0), 2097151) * %[5]d +
-      LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0), %[5]d - 1))) MICROSECOND)`
 
 // takeSQL takes over the key's existing row if it is free and unclaimed (%[2]s, as
 // in acquireSQL), in one statement: the fast path for a key this client has seen
@@ -156,8 +124,10 @@ const maxHints = 4096
 
 type statements struct {
 	acquire, take, release, tidy, refresh *sql.Stmt
-	wait, unclaim                         *sql.Stmt       // nil on a table without claim columns
-	fair                                  *fairStatements // WithFIFO only
+	claims                                bool // the table has the claim columns
+	// queue: the queued waiters' statements (WithFIFO's, or the default mode's);
+	// nil in the default mode on a table without claim columns or queue table.
+	queue *queueStatements
 }
 
 // stmts prepares the statements on first use (the table may not exist before);
@@ -193,14 +163,19 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 		prep(&s.take, fmt.Sprintf(takeSQL, t, "TRUE"))
 	} else {
 		prep(&s.take, fmt.Sprintf(takeSQL, t, unclaimed))
-		prep(&s.wait, fmt.Sprintf(waitSQL, t, busyFlag, claimTTL.Microseconds(), claimBit, 1<<aheadShift))
-		prep(&s.unclaim, fmt.Sprintf(unclaimSQL, t))
+		s.claims = true
+		if err == nil && !d.cfg.fifo {
+			s.queue, err = prepareQueue(ctx, d.db, t, quoteIdent(d.cfg.table+QueueSuffix), false)
+			if isNoTable(err) {
+				err = nil // a table Migrate made before the default mode queued: poll only
+			}
+		}
 	}
 	prep(&s.release, fmt.Sprintf(releaseSQL, t))
 	prep(&s.tidy, fmt.Sprintf(tidySQL, t))
 	prep(&s.refresh, fmt.Sprintf(refreshSQL, t))
 	if err == nil && d.cfg.fifo {
-		s.fair, err = prepareFair(ctx, d.db, t, quoteIdent(d.cfg.table+QueueSuffix))
+		s.queue, err = prepareQueue(ctx, d.db, t, quoteIdent(d.cfg.table+QueueSuffix), true)
 	}
 	if err != nil {
 		s.close()
@@ -211,13 +186,13 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 }
 
 func (s *statements) close() {
-	for _, st := range []*sql.Stmt{s.acquire, s.take, s.release, s.tidy, s.refresh, s.wait, s.unclaim} {
+	for _, st := range []*sql.Stmt{s.acquire, s.take, s.release, s.tidy, s.refresh} {
 		if st != nil {
 			st.Close()
 		}
 	}
-	if s.fair != nil {
-		s.fair.close()
+	if s.queue != nil {
+		s.queue.close()
 	}
 }
 
