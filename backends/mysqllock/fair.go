@@ -171,14 +171,22 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 // remaining time), the others the less often the further back they are (pacer) —
 // renewing its place every third of ttl. claims says its looks claim the key (the
 // default mode). When ctx ends it leaves the queue (and gives back a lock granted
-// to a request whose reply it did not wait for).
+// to a request whose reply it did not wait for). Its statements run with a context
+// that ends settleGrace after ctx (graced): a statement cut off by ctx may still run
+// on the server after the leave, and leave behind a row or a claim that would keep
+// others from a free key (Conformance/Cancellation caught a claim set so).
 func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Duration, claims bool) (driver.Lock, error) {
 	s := me.s.queue
 	us := micros(ttl)
-	res, err := exec(ctx, s.enqueue, me.key, me.owner[:], us)
+	sctx, done := graced(ctx)
+	defer done()
+	res, err := exec(sctx, s.enqueue, me.key, me.owner[:], us)
 	var seq int64
 	if err == nil {
 		seq, err = res.LastInsertId()
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
 	}
 	if err != nil {
 		d.leave(me, claims)
@@ -196,7 +204,7 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 	for {
 		args[6] = seq
 		me.validFrom = time.Now()
-		res, err := exec(ctx, s.look, args...)
+		res, err := exec(sctx, s.look, args...)
 		remaining, ahead, busy := fairBusy(res, err)
 		if isDeadlock(err) {
 			// InnoDB rolled the look back for a concurrent statement on the queue:
@@ -204,25 +212,29 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 			busy, ahead, remaining = true, 0, 0
 		}
 		if !busy {
-			// Leave the queue whenever the look answered, also if ctx ended just
-			// after: a granted lock is returned then, and a row left behind would
-			// stand first in the queue until its deadline.
+			// Leave the queue whenever the look answered, also if ctx ended
+			// meanwhile (settled then gives a granted lock back): a row left
+			// behind would stand first in the queue until its deadline.
 			if err == nil {
 				d.dequeue(me)
 			}
-			lk, err := me.granted(ctx, res, err)
+			lk, err := me.settled(ctx, sctx, res, err)
 			if err != nil {
 				d.leave(me, claims)
 				return nil, driver.WaitErr(ctx, err)
 			}
 			return lk, nil
 		}
+		if ctx.Err() != nil {
+			d.leave(me, claims)
+			return nil, ctx.Err()
+		}
 		if time.Now().After(renewAt) {
 			renewAt = time.Now().Add(renewEvery)
-			ok, err := affected(exec(ctx, s.renew, us, me.owner[:]))
+			ok, err := affected(exec(sctx, s.renew, us, me.owner[:]))
 			if err == nil && !ok { // dropped (it did not renew in time): queue again
 				var res sql.Result
-				res, err = exec(ctx, s.enqueue, me.key, me.owner[:], us)
+				res, err = exec(sctx, s.enqueue, me.key, me.owner[:], us)
 				if err == nil {
 					seq, err = res.LastInsertId()
 				}
