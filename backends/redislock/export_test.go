@@ -26,4 +26,6 @@ var (
 	FairAcquire     = fairAcquire
 	FairRelease     = fairRelease
 	WriterWaitKey   = writerWaitKey
+	// SemaphoreWaitKeys: the waiters of a semaphore or of a read-write lock's writers.
+	SemaphoreWaitKeys = semaphoreWaitKeys
 )

@@ -46,7 +46,7 @@ func (d fairDriver) TryLock(ctx context.Context, key string, ttl time.Duration) 
 // whose reply it did not wait for).
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	f := newFairCall(key, redisops.NewOwner(ctx), ttl, d.window) // every attempt and the release use it
-	return d.waitTurn(ctx, ttl,
+	return waitTurn(ctx, ttl,
 		func(ctx context.Context) (driver.Lock, fairResult, error) { return d.attempt(ctx, key, f, true) },
 		func(ctx context.Context) (<-chan struct{}, func(), error) {
 			return d.releases.SubscribeTurn(ctx, key, f.value)
@@ -54,13 +54,13 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 		func() { d.leave(f) })
 }
 
-// waitTurn is the wait of Lock and LockAll: attempt (which joins the queues or
-// renews the caller's places) at once, then, having subscribed to the caller's
-// turn messages, again at once (the release may have come before) and then each
-// time a turn message comes, its places are due for renewal (every third of ttl),
-// a holder's TTL runs out, or a first waiter that did not take the free lock is
-// dropped. When ctx ends it calls leave.
-func (d fairDriver) waitTurn(ctx context.Context, ttl time.Duration,
+// waitTurn is the wait of Lock and LockAll, and of the primitives' waiters:
+// attempt (which joins the queues or renews the caller's places) at once, then,
+// having subscribed to the caller's turn messages, again at once (the release may
+// have come before) and then each time a turn message comes, its places are due
+// for renewal (every third of ttl), a holder's TTL runs out, or a first waiter that
+// did not take the free lock is dropped. When ctx ends it calls leave.
+func waitTurn(ctx context.Context, ttl time.Duration,
 	attempt func(context.Context) (driver.Lock, fairResult, error),
 	subscribe func(context.Context) (<-chan struct{}, func(), error),
 	leave func()) (driver.Lock, error) {

@@ -19,6 +19,8 @@ var keyKinds = map[string]func(string) string{
 	"settings":  func(k string) string { return primitiveKeys(k)[1] },
 	"primfence": func(k string) string { return primitiveKeys(k)[2] },
 	"wwait":     writerWaitKey,
+	"squeue":    func(k string) string { w, _ := semaphoreWaitKeys(k); return w },
+	"sqdead":    func(k string) string { _, d := semaphoreWaitKeys(k); return d },
 }
 
 // FuzzKeys: for any two valid keys, every store key lies in its key's Redis

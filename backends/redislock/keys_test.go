@@ -17,7 +17,8 @@ var primKeys = []string{"plain", "{tag}x", "x{tag}", "{}", "{}x", "}{a}", "a}b",
 func TestPrimitiveKeysSameSlot(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range primKeys {
-		for _, pk := range append(primitiveKeys(k), writerWaitKey(k)) {
+		waiters, deadlines := semaphoreWaitKeys(k)
+		for _, pk := range append(primitiveKeys(k), writerWaitKey(k), waiters, deadlines) {
 			if redisops.Slot(pk) != redisops.Slot(k) {
 				t.Errorf("primitiveKeys(%q): %q is in slot %d, the lock's is %d", k, pk, redisops.Slot(pk), redisops.Slot(k))
 			}

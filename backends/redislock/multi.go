@@ -68,7 +68,7 @@ func (d fairDriver) LockAll(ctx context.Context, keys []string, ttl time.Duratio
 		return nil, err
 	}
 	value := redisops.NewOwner(ctx)
-	return d.waitTurn(ctx, ttl,
+	return waitTurn(ctx, ttl,
 		func(ctx context.Context) (driver.Lock, fairResult, error) {
 			return d.attemptAll(ctx, keys, value, ttl, true)
 		},

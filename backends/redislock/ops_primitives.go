@@ -29,6 +29,16 @@ import (
 //	waiting writer: "dlock:wwait\xff{" + tag + "}" + key
 func writerWaitKey(key string) string { return redisops.Tagged("dlock:wwait\xff", key) }
 
+// semaphoreWaitKeys are the keys of the waiters of key's semaphore (prim_acquire.lua):
+// sorted sets of the waiters' arrivals (µs) and deadlines (ms), both on the
+// server's clock.
+//
+//	waiters:   "dlock:squeue\xff{" + tag + "}" + key
+//	deadlines: "dlock:sqdead\xff{" + tag + "}" + key
+func semaphoreWaitKeys(key string) (waiters, deadlines string) {
+	return redisops.Tagged("dlock:squeue\xff", key), redisops.Tagged("dlock:sqdead\xff", key)
+}
+
 // primitiveKeys returns the holders, settings and fence keys of key's primitive.
 func primitiveKeys(key string) []string {
 	return []string{redisops.Tagged("dlock:holders\xff", key), redisops.Tagged("dlock:settings\xff", key), redisops.Tagged("dlock:primfence\xff", key)}
@@ -56,15 +66,19 @@ type primResult struct {
 // or read-write lock (kind kindRWLock, arg modeShared or modeExclusive) for the owner value
 // and ttl, in one script. No shared lease is granted while a writer waits; with
 // wait, an exclusive acquirer that is not granted becomes the waiting writer (if
-// none is) for ttl (prim_acquire.lua). An error is as for Acquire: the lease may
-// have been granted (release it with the same value), unless it is a reply error.
+// none is) for ttl, and a semaphore acquirer joins (or stays in) the semaphore's
+// waiters for ttl. A free permit is not granted past waiters that have waited
+// DefaultBargeWindow or longer (prim_acquire.lua). An error is as for Acquire: the
+// lease may have been granted, or the caller queued (release it with the same
+// value), unless it is a reply error.
 func primAcquireOp(ctx context.Context, c redis.Scripter, key, value string, ttl time.Duration, kind, arg string, wait bool) (primResult, error) {
 	op := ""
 	if wait {
 		op = "wait"
 	}
-	ks := append(primitiveKeys(key), writerWaitKey(key))
-	res, err := primAcquireScript.Run(ctx, c, ks, value, redisops.Millis(ttl), kind, arg, op).Slice()
+	waiters, deadlines := semaphoreWaitKeys(key)
+	ks := append(primitiveKeys(key), writerWaitKey(key), waiters, deadlines)
+	res, err := primAcquireScript.Run(ctx, c, ks, value, redisops.Millis(ttl), kind, arg, op, DefaultBargeWindow.Microseconds()).Slice()
 	if err != nil {
 		return primResult{}, err
 	}
@@ -97,14 +111,19 @@ func primRefreshOp(ctx context.Context, c redis.Scripter, key, value string, ttl
 	return n == 1, err
 }
 
-// primReleaseOp removes the owner's lease of key's primitive (or its place as the
-// read-write lock's waiting writer) and publishes on the channel of wake
-// (Channel(wake)) so that waiters look again; false when the lease had expired or
-// was gone. Like Release it is idempotent: run again after its reply was lost, it
-// returns true again.
-func primReleaseOp(ctx context.Context, c redis.Scripter, key, value, wake string) (bool, error) {
-	ks := append(primitiveKeys(key)[:2:2], primReleasedKey(key, value), writerWaitKey(key))
-	n, err := primReleaseScript.Run(ctx, c, ks, value, redisops.Channel(wake)).Int64()
+// primReleaseOp removes the owner's lease of key's primitive (or its place among
+// the semaphore's waiters, or as the read-write lock's waiting writer) and wakes
+// the waiters that may now be granted: a semaphore's (limit its limit) first waiters, one
+// per free permit, on their own channels (TurnChannel(wake, waiter)), and those
+// that look at every release on Channel(wake); a read-write lock's (limit "")
+// waiting writer alone on its own channel once no lease is left, or every waiter on
+// Channel(wake) when no writer waits (prim_release.lua). False when the lease had
+// expired or was gone. Like Release it is idempotent: run again after its reply was
+// lost, it returns true again.
+func primReleaseOp(ctx context.Context, c redis.Scripter, key, value, wake, limit string) (bool, error) {
+	waiters, deadlines := semaphoreWaitKeys(key)
+	ks := append(primitiveKeys(key)[:2:2], primReleasedKey(key, value), writerWaitKey(key), waiters, deadlines)
+	n, err := primReleaseScript.Run(ctx, c, ks, value, redisops.Channel(wake), limit).Int64()
 	return n == 1, err
 }
 

@@ -8,7 +8,7 @@ import (
 
 // The Lua scripts only this backend runs, beside the Go that runs them (ops_*.go):
 // the fair mode (fair.lua), sets of keys (*_all.lua), semaphores and read-write locks
-// (prim_*.lua) and elections (campaign.lua). The mutex's own scripts are the ones
+// (prim_*.lua; prim_waiters.lua goes in front of the two that keep waiters) and elections (campaign.lua). The mutex's own scripts are the ones
 // redlock shares (backends/internal/redisops).
 //
 //go:embed *.lua
@@ -31,7 +31,7 @@ var (
 	fairScript        = script("fair.lua")
 	fairAllScript     = script("fair_all.lua")
 	refreshAllScript  = script("refresh_all.lua")
-	primAcquireScript = script("prim_acquire.lua")
+	primAcquireScript = redis.NewScript(source("prim_waiters.lua") + source("prim_acquire.lua"))
 	primRefreshScript = script("prim_refresh.lua")
-	primReleaseScript = script("prim_release.lua")
+	primReleaseScript = redis.NewScript(source("prim_waiters.lua") + source("prim_release.lua"))
 )

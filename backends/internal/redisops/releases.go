@@ -63,6 +63,12 @@ func (r *Releases) SubscribeTurn(ctx context.Context, key, name string) (wake <-
 	return r.subscribe(ctx, TurnChannel(key, name))
 }
 
+// SubscribeOwn is Subscribe and SubscribeTurn at once: wake receives on each
+// release of key's lock and when it is the turn of the waiter named name.
+func (r *Releases) SubscribeOwn(ctx context.Context, key, name string) (wake <-chan struct{}, stop func(), err error) {
+	return r.subscribe(ctx, Channel(key), TurnChannel(key, name))
+}
+
 // SubscribeTurns is SubscribeTurn for a waiter named name on each of keys (a set
 // of keys waited for as one): wake receives when any of them is its turn.
 func (r *Releases) SubscribeTurns(ctx context.Context, keys []string, name string) (wake <-chan struct{}, stop func(), err error) {
