@@ -79,7 +79,7 @@ func (d *tableDriver) Lock(ctx context.Context, key string, ttl time.Duration) (
 	for attempt := 1; ; attempt++ {
 		waited := time.Since(start)
 		if queues && waited >= claimAfter {
-			return d.queueWait(ctx, me, ttl, true)
+			return d.queueWait(ctx, me, ttl)
 		}
 		p := jitter(attempt, maxPollPause)
 		if queues {
@@ -144,11 +144,6 @@ const erBadField = 1054
 func isBadField(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == erBadField
-}
-
-func isNoTable(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == erNoSuchTable
 }
 
 // erDupFieldName is MySQL's ER_DUP_FIELDNAME: the column is there already.

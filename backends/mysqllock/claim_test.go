@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
@@ -297,5 +299,52 @@ func TestClaimIsHandedOn(t *testing.T) {
 	t.Logf("the longest wait passed %d grants to others (%d clients)", worst.Load(), clients)
 	if bound := int64(4 * (clients - 1)); worst.Load() > bound {
 		t.Errorf("an Acquire was passed over %d times while others released and asked again, want at most %d (four rounds)", worst.Load(), bound)
+	}
+}
+
+// TestDefaultModeWithoutQueuePrivileges: a lock user of the default mode that holds
+// the lock table's privileges but none on the queue table (a database set up from
+// an earlier release's list) waits by polling, as on a database without the queue
+// table, instead of failing every Acquire: MySQL refuses a statement on a table the
+// user may not use at PREPARE, with ER_TABLEACCESS_DENIED_ERROR.
+func TestDefaultModeWithoutQueuePrivileges(t *testing.T) {
+	dsn := servertest.MySQLDSN(t)
+	admin := openDB(t, dsn, nil)
+	ctx := ctxFor(t, 30*time.Second)
+	if err := mysqllock.Migrate(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := fmt.Sprintf("noqueue%d", time.Now().UnixNano()%1e9)
+	for _, q := range []string{
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + secretPassword + "'",
+		"GRANT " + lockGrants + " ON `" + cfg.DBName + "`.`" + mysqllock.DefaultTable + "` TO '" + user + "'@'%'",
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP USER '"+user+"'@'%'") })
+	ucfg := cfg.Clone()
+	ucfg.User, ucfg.Passwd = user, secretPassword
+	a, b := mysqllock.New(openDB(t, ucfg.FormatDSN(), nil)), mysqllock.New(openDB(t, ucfg.FormatDSN(), nil))
+	defer a.Close()
+	defer b.Close()
+	la := tryAcquire(t, a, "k", dlock.WithTTL(time.Minute))
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Acquire(ctx, "k")
+		if err == nil {
+			err = lb.Release(ctxFor(t, 10*time.Second))
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the work done under the lock, while b waits past claimAfter
+	release(t, la)
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire of a waiter without privileges on the queue table: %v", err)
 	}
 }

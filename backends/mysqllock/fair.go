@@ -163,19 +163,19 @@ func (d fairTableDriver) Lock(ctx context.Context, key string, ttl time.Duration
 	if me == nil {
 		return lk, err
 	}
-	return d.queueWait(ctx, me, ttl, false)
+	return d.queueWait(ctx, me, ttl)
 }
 
 // queueWait joins me to its key's queue and asks again until it is granted the key
 // — the first waiter often (every 1 ms, doubling up to 64 ms, cut to the holder's
 // remaining time), the others the less often the further back they are (pacer) —
-// renewing its place every third of ttl. claims says its looks claim the key (the
-// default mode). When ctx ends it leaves the queue (and gives back a lock granted
+// renewing its place every third of ttl. Its looks claim the key when the queue's
+// statements do (the default mode's: queueStatements.unclaim). When ctx ends it leaves the queue (and gives back a lock granted
 // to a request whose reply it did not wait for). Its statements run with a context
 // that ends settleGrace after ctx (graced): a statement cut off by ctx may still run
 // on the server after the leave, and leave behind a row or a claim that would keep
 // others from a free key (Conformance/Cancellation caught a claim set so).
-func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Duration, claims bool) (driver.Lock, error) {
+func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Duration) (driver.Lock, error) {
 	s := me.s.queue
 	us := micros(ttl)
 	sctx, done := graced(ctx)
@@ -189,7 +189,7 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 		err = ctx.Err()
 	}
 	if err != nil {
-		d.leave(me, claims)
+		d.leave(me)
 		return nil, driver.WaitErr(ctx, fmt.Errorf("join the queue: %w", err))
 	}
 	renewEvery := max(ttl/3, time.Millisecond)
@@ -198,7 +198,7 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 	pace := pacer{per: 2 * time.Millisecond}
 	args := []any{me.key, me.owner[:], us, me.key, me.owner[:], me.key, int64(0),
 		me.key, me.owner[:], me.owner[:], me.owner[:], us}
-	if claims {
+	if s.unclaim != nil {
 		args = append(args, me.owner[:], me.key, me.owner[:])
 	}
 	for {
@@ -220,13 +220,13 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 			}
 			lk, err := me.settled(ctx, sctx, res, err)
 			if err != nil {
-				d.leave(me, claims)
+				d.leave(me)
 				return nil, driver.WaitErr(ctx, err)
 			}
 			return lk, nil
 		}
 		if ctx.Err() != nil {
-			d.leave(me, claims)
+			d.leave(me)
 			return nil, ctx.Err()
 		}
 		if time.Now().After(renewAt) {
@@ -240,7 +240,7 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 				}
 			}
 			if err != nil {
-				d.leave(me, claims)
+				d.leave(me)
 				return nil, driver.WaitErr(ctx, fmt.Errorf("renew the place in the queue: %w", err))
 			}
 		}
@@ -262,7 +262,7 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			d.leave(me, claims)
+			d.leave(me)
 			return nil, ctx.Err()
 		}
 	}
@@ -325,14 +325,14 @@ func isDeadlock(err error) bool {
 	return errors.As(err, &me) && me.Number == erLockDeadlock
 }
 
-// leave takes the waiter out of the queue, ends the key's claim (with claims) if no
-// one else is queued, and frees the lock if a request whose reply it did not wait
+// leave takes the waiter out of the queue, ends the key's claim (the default mode)
+// if no one else is queued, and frees the lock if a request whose reply it did not wait
 // for took it; best effort (a claim left behind ends claimTTL after the last look).
-func (d *tableDriver) leave(l *tableLock, claims bool) {
+func (d *tableDriver) leave(l *tableLock) {
 	d.dequeue(l)
 	ctx, cancel := context.WithTimeout(context.Background(), tidyTimeout)
 	defer cancel()
-	if claims {
+	if l.s.queue.unclaim != nil {
 		_, _ = exec(ctx, l.s.queue.unclaim, l.key, l.key)
 	}
 	_, _ = exec(ctx, l.s.tidy, l.key, l.owner[:])

@@ -166,8 +166,10 @@ func (d *tableDriver) stmts(ctx context.Context) (*statements, error) {
 		s.claims = true
 		if err == nil && !d.cfg.fifo {
 			s.queue, err = prepareQueue(ctx, d.db, t, quoteIdent(d.cfg.table+QueueSuffix), false)
-			if isNoTable(err) {
-				err = nil // a table Migrate made before the default mode queued: poll only
+			if missing(err) {
+				// A table Migrate made before the default mode queued, or a lock user
+				// without privileges on the queue table: poll only.
+				err = nil
 			}
 		}
 	}
