@@ -28,4 +28,6 @@ var (
 	WriterWaitKey   = writerWaitKey
 	// SemaphoreWaitKeys: the waiters of a semaphore or of a read-write lock's writers.
 	SemaphoreWaitKeys = semaphoreWaitKeys
+	// CandidatesKeys: an election's waiting candidates.
+	CandidatesKeys = candidatesKeys
 )

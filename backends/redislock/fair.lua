@@ -1,4 +1,4 @@
--- fair.lua: the FIFO mode's lock, granted in arrival order. KEYS[1] is the lock,
+-- fair.lua (after lib.lua): the FIFO mode's lock, granted in arrival order. KEYS[1] is the lock,
 -- KEYS[2] its fencing counter, KEYS[3] the queue (a sorted set: waiter -> arrival
 -- in microseconds), KEYS[4] the waiters' deadlines (a sorted set: waiter -> the
 -- server time in ms after which it counts as gone); all in one hash slot. ARGV[1]
@@ -38,11 +38,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
     if holder ~= me then
       return redis.call('EXISTS', KEYS[5])
     end
-    local pttl = redis.call('PTTL', KEYS[1])
-    redis.call('DEL', KEYS[1])
-    if pttl > 0 then
-      redis.call('SET', KEYS[5], '1', 'PX', pttl)
-    end
+    endLease(KEYS[1], KEYS[5])
     redis.call('PUBLISH', ARGV[3], '')
     return 1
   end
@@ -58,29 +54,17 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
     return {0, redis.call('PTTL', KEYS[1]), -1, 0}
   end
 end
-if redis.replicate_commands then
-  redis.replicate_commands() -- Redis before 5: writes after TIME need it
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-  redis.call('ZREM', KEYS[3], gone)
-  redis.call('ZREM', KEYS[4], gone)
-end
+local t, now = clock()
+dropGone(KEYS[3], KEYS[4], now)
 local holder = redis.call('GET', KEYS[1])
 
 if op == 'release' or op == 'leave' then
   if op == 'leave' then
-    redis.call('ZREM', KEYS[3], me)
-    redis.call('ZREM', KEYS[4], me)
+    leaveQueue(KEYS[3], KEYS[4], me)
   end
   local held = holder == me
   if held then
-    local pttl = redis.call('PTTL', KEYS[1])
-    redis.call('DEL', KEYS[1])
-    if pttl > 0 then
-      redis.call('SET', KEYS[5], '1', 'PX', pttl)
-    end
+    endLease(KEYS[1], KEYS[5])
   elseif holder then
     return redis.call('EXISTS', KEYS[5])
   end
@@ -106,8 +90,7 @@ local window = tonumber(ARGV[5])
 if not holder and (not head or head == me or
     (window > 0 and tonumber(first[2]) + window > tonumber(t[1]) * 1000000 + tonumber(t[2]))) then
   if head then
-    redis.call('ZREM', KEYS[3], me)
-    redis.call('ZREM', KEYS[4], me)
+    leaveQueue(KEYS[3], KEYS[4], me)
   end
   local token = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], me, 'PX', ARGV[3])
@@ -115,21 +98,15 @@ if not holder and (not head or head == me or
 end
 local place = -1
 if op == 'wait' then
+  local arrival
   if not redis.call('ZSCORE', KEYS[3], me) then
-    local arrival = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    arrival = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
     if last and tonumber(last) >= arrival then
       arrival = tonumber(last) + 1
     end
-    redis.call('ZADD', KEYS[3], arrival, me)
   end
-  local wttl = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[4], now + wttl, me)
-  for k = 3, 4 do
-    if redis.call('PTTL', KEYS[k]) < wttl then
-      redis.call('PEXPIRE', KEYS[k], wttl)
-    end
-  end
+  joinQueue(KEYS[3], KEYS[4], me, arrival, now, tonumber(ARGV[4]))
   place = redis.call('ZRANK', KEYS[3], me)
   head = head or me
 end

@@ -1,4 +1,4 @@
--- fair_all.lua: fair.lua for a set of n keys, taken all or nothing. KEYS holds
+-- fair_all.lua (after lib.lua): fair.lua for a set of n keys, taken all or nothing. KEYS holds
 -- five groups of n keys, in the order of the set's keys: the locks (1..n), their
 -- fencing counters (n+1..2n), their queues (2n+1..3n), their waiters' deadlines
 -- (3n+1..4n) and the release's tombstones for the caller (4n+1..5n); all in one
@@ -40,19 +40,12 @@ for i = 1, n do
 end
 local t, now, nowus
 if queued or op == 'wait' then
-  if redis.replicate_commands then
-    redis.replicate_commands() -- Redis before 5: writes after TIME need it
-  end
-  t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  t, now = clock()
   nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 if queued then
   for i = 1, n do
-    for _, gone in ipairs(redis.call('ZRANGEBYSCORE', key(DEAD, i), '-inf', now)) do
-      redis.call('ZREM', key(QUEUE, i), gone)
-      redis.call('ZREM', key(DEAD, i), gone)
-    end
+    dropGone(key(QUEUE, i), key(DEAD, i), now)
   end
 end
 
@@ -60,17 +53,12 @@ if op == 'release' or op == 'leave' then
   local done = 0
   for i = 1, n do
     if op == 'leave' then
-      redis.call('ZREM', key(QUEUE, i), me)
-      redis.call('ZREM', key(DEAD, i), me)
+      leaveQueue(key(QUEUE, i), key(DEAD, i), me)
     end
     local holder = redis.call('GET', key(LOCK, i))
     local held = holder == me
     if held then
-      local pttl = redis.call('PTTL', key(LOCK, i))
-      redis.call('DEL', key(LOCK, i))
-      if pttl > 0 then
-        redis.call('SET', key(TOMB, i), '1', 'PX', pttl)
-      end
+      endLease(key(LOCK, i), key(TOMB, i))
       done = done + 1
     elseif redis.call('EXISTS', key(TOMB, i)) == 1 then
       done = done + 1
@@ -126,8 +114,7 @@ if granted then
       redis.call('SET', key(LOCK, i), me, 'PX', ARGV[3])
     end
     if queued then
-      redis.call('ZREM', key(QUEUE, i), me)
-      redis.call('ZREM', key(DEAD, i), me)
+      leaveQueue(key(QUEUE, i), key(DEAD, i), me)
     end
   end
   return res
@@ -155,13 +142,8 @@ if op == 'wait' then
   local wttl = tonumber(ARGV[4])
   place = 0
   for i = 1, n do
-    redis.call('ZADD', key(QUEUE, i), arrival, me)
-    redis.call('ZADD', key(DEAD, i), now + wttl, me)
-    for _, k in ipairs({key(QUEUE, i), key(DEAD, i)}) do
-      if redis.call('PTTL', k) < wttl then
-        redis.call('PEXPIRE', k, wttl)
-      end
-    end
+    redis.call('ZADD', key(QUEUE, i), arrival, me) -- the same arrival in every queue
+    joinQueue(key(QUEUE, i), key(DEAD, i), me, nil, now, wttl)
     place = math.max(place, redis.call('ZRANK', key(QUEUE, i), me))
   end
 end

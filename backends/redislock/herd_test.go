@@ -51,6 +51,7 @@ func TestReleaseWakesOne(t *testing.T) {
 				}()
 			}
 			waitWaiters(t, admin, k, n)
+			awaitTurnListeners(t, admin, k, n) // each looks once more after it subscribes
 			handOffRuns(t, admin, addr, []dlock.Lease{lh}, done, n)
 		})
 	}
@@ -169,18 +170,21 @@ func TestFairAfterScriptFlush(t *testing.T) {
 	}
 }
 
-// TestPrimitiveReleaseWakesOne: a release of a semaphore's permit, or of a
-// read-write lock that writers wait for, wakes one waiter, not every waiter of the
-// key. As TestReleaseWakesOne for the mutex: 100 waiters, each a client of its own,
-// wait behind the holders (a semaphore of 2 permits, both held; a write lease);
+// TestPrimitiveReleaseWakesOne: a release of a semaphore's permit, of a read-write
+// lock that writers wait for, or of an election's term wakes one waiter, not every
+// waiter of the key. As TestReleaseWakesOne for the mutex: 100 waiters, each a
+// client of its own, wait behind the holders (a semaphore of 2 permits, both held;
+// a write lease; a leader);
 // each releases as soon as it is granted; at most 3 script runs per hand-off. Woken
 // all at once, every waiter would look at every release: about 50 runs per
 // hand-off.
 func TestPrimitiveReleaseWakesOne(t *testing.T) {
 	for _, p := range []struct {
-		name string
-		take func(l dlock.Locker, k string) (dlock.Lease, error)
-		held int // leases the holder takes before the waiters come
+		name  string
+		take  func(l dlock.Locker, k string) (dlock.Lease, error)
+		held  int                   // leases the holder takes before the waiters come
+		queue func(k string) string // the key of the waiters
+		wake  func(k string) string // the name whose release channel the waiters' own channels extend
 	}{
 		{"semaphore", func(l dlock.Locker, k string) (dlock.Lease, error) {
 			s, err := dlock.NewSemaphore(l, k, 2)
@@ -188,14 +192,21 @@ func TestPrimitiveReleaseWakesOne(t *testing.T) {
 				return nil, err
 			}
 			return s.Acquire(ctxFor(t, time.Minute), dlock.WithTTL(time.Minute))
-		}, 2},
+		}, 2, semaphoreWaiters, driver.SemaphoreWake},
 		{"writers", func(l dlock.Locker, k string) (dlock.Lease, error) {
 			m, err := dlock.NewRWMutex(l, k)
 			if err != nil {
 				return nil, err
 			}
 			return m.Acquire(ctxFor(t, time.Minute), dlock.WithTTL(time.Minute))
-		}, 1},
+		}, 1, semaphoreWaiters, driver.RWWake},
+		{"election", func(l dlock.Locker, k string) (dlock.Lease, error) {
+			e, err := dlock.NewElection(l, k)
+			if err != nil {
+				return nil, err
+			}
+			return e.Campaign(ctxFor(t, time.Minute), "candidate", dlock.WithTTL(time.Minute))
+		}, 1, func(k string) string { c, _ := redislock.CandidatesKeys(k); return c }, redislock.ElectionKey},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			addr := privateRedis(t, servers.RedisOptions{}).Addr()
@@ -224,11 +235,20 @@ func TestPrimitiveReleaseWakesOne(t *testing.T) {
 					done <- err
 				}()
 			}
-			waiters, _ := redislock.SemaphoreWaitKeys(k)
-			awaitCard(t, admin, waiters, n)
+			awaitCard(t, admin, p.queue(k), n)
+			// Each waiter looks once more right after it subscribes: wait for that
+			// too, so that the count below holds hand-offs alone.
+			awaitTurnListeners(t, admin, p.wake(k), n)
 			handOffRuns(t, admin, addr, held, done, n)
 		})
 	}
+}
+
+// semaphoreWaiters is the key of the waiters of k's semaphore or of its read-write
+// lock's writers.
+func semaphoreWaiters(k string) string {
+	w, _ := redislock.SemaphoreWaitKeys(k)
+	return w
 }
 
 // TestReadersWaitForTheWriter: while a writer waits, the release of a read lease
@@ -342,6 +362,27 @@ func awaitCard(t testing.TB, c *redis.Client, key string, n int) {
 	}
 }
 
+// awaitTurnListeners waits until n waiters listen on their own channels of wake
+// (redisops.TurnChannel).
+func awaitTurnListeners(t testing.TB, c *redis.Client, wake string, n int) {
+	t.Helper()
+	pattern := redisops.TurnChannel(wake, "*")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		chs, err := c.PubSubChannels(ctxFor(t, 10*time.Second), pattern).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chs) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters listen on their own channels after 30s, want %d", len(chs), n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
+	}
+}
+
 // awaitSubscribers waits until n connections listen on wake's release channel.
 func awaitSubscribers(t testing.TB, c *redis.Client, wake string, n int) {
 	t.Helper()
@@ -362,65 +403,91 @@ func awaitSubscribers(t testing.TB, c *redis.Client, wake string, n int) {
 	}
 }
 
-// TestSemaphoreWaiterThatStops: a semaphore waiter that stops asking (a crashed
-// process; here a place written straight into the store) keeps its precedence
-// until its place expires, no longer: a newcomer is refused the permit it was
-// woken for, and the waiter behind it gets the permit once the place is gone,
-// without a release to wake it.
-func TestSemaphoreWaiterThatStops(t *testing.T) {
-	addr := privateRedis(t, servers.RedisOptions{}).Addr()
-	admin := client(t, addr)
-	ctx := ctxFor(t, 30*time.Second)
-	k := uniqueKey("semghost")
-	l := redislock.New(client(t, addr))
-	defer l.Close()
-	sem, err := dlock.NewSemaphore(l, k, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lh, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiters, deadlines := redislock.SemaphoreWaitKeys(k)
-	now, err := admin.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.ZAdd(ctx, waiters, redis.Z{Score: 1, Member: "ghost"}).Err(); err != nil { // arrived long ago
-		t.Fatal(err)
-	}
-	if err := admin.ZAdd(ctx, deadlines, redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: "ghost"}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		ls, err := sem.Acquire(ctx, dlock.WithTTL(3*time.Second)) // looks again every second
-		if err == nil {
-			err = ls.Release(context.Background())
-		}
-		got <- err
-	}()
-	awaitCard(t, admin, waiters, 2)
-	if err := lh.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if ls, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		if err == nil {
-			_ = ls.Release(ctx)
-		}
-		t.Fatalf("TryAcquire while a waiter that arrived long ago keeps its place: %v, want ErrNotAcquired", err)
-	}
-	select {
-	case err := <-got:
-		t.Fatalf("the waiter behind the stopped one ended before its place expired: %v", err)
-	default:
-	}
-	// The stopped waiter's place runs out.
-	if err := admin.ZAdd(ctx, deadlines, redis.Z{Score: 1, Member: "ghost"}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("the waiter behind the stopped one: %v", err)
+// TestWaiterThatStops: a semaphore waiter or a waiting candidate that stops asking
+// (a crashed process; here a place written straight into the store) keeps its
+// precedence until its place expires, no longer: a newcomer is refused the permit
+// or term it was woken for, and the waiter behind it gets it once the place is
+// gone, without a release to wake it.
+func TestWaiterThatStops(t *testing.T) {
+	for _, p := range []struct {
+		name string
+		keys func(k string) (waiters, deadlines string)
+		// take asks for a permit or the term: at once, or waiting with ttl.
+		take func(l dlock.Locker, k string, wait bool, ttl time.Duration) (dlock.Lease, error)
+	}{
+		{"semaphore", redislock.SemaphoreWaitKeys, func(l dlock.Locker, k string, wait bool, ttl time.Duration) (dlock.Lease, error) {
+			s, err := dlock.NewSemaphore(l, k, 1)
+			if err != nil {
+				return nil, err
+			}
+			if wait {
+				return s.Acquire(ctxFor(t, 30*time.Second), dlock.WithTTL(ttl))
+			}
+			return s.TryAcquire(ctxFor(t, 10*time.Second), dlock.WithTTL(ttl))
+		}},
+		{"election", redislock.CandidatesKeys, func(l dlock.Locker, k string, wait bool, ttl time.Duration) (dlock.Lease, error) {
+			e, err := dlock.NewElection(l, k)
+			if err != nil {
+				return nil, err
+			}
+			if wait {
+				return e.Campaign(ctxFor(t, 30*time.Second), "waiter", dlock.WithTTL(ttl))
+			}
+			return e.TryCampaign(ctxFor(t, 10*time.Second), "newcomer", dlock.WithTTL(ttl))
+		}},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			addr := privateRedis(t, servers.RedisOptions{}).Addr()
+			admin := client(t, addr)
+			ctx := ctxFor(t, 30*time.Second)
+			k := uniqueKey("ghost")
+			l := redislock.New(client(t, addr))
+			defer l.Close()
+			lh, err := p.take(l, k, false, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiters, deadlines := p.keys(k)
+			now, err := admin.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := admin.ZAdd(ctx, waiters, redis.Z{Score: 1, Member: "ghost"}).Err(); err != nil { // arrived long ago
+				t.Fatal(err)
+			}
+			if err := admin.ZAdd(ctx, deadlines, redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: "ghost"}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				ls, err := p.take(l, k, true, 3*time.Second) // looks again every second
+				if err == nil {
+					err = ls.Release(context.Background())
+				}
+				got <- err
+			}()
+			awaitCard(t, admin, waiters, 2)
+			if err := lh.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ls, err := p.take(l, k, false, time.Minute); !errors.Is(err, dlock.ErrNotAcquired) {
+				if err == nil {
+					_ = ls.Release(ctx)
+				}
+				t.Fatalf("a newcomer while a waiter that arrived long ago keeps its place: %v, want ErrNotAcquired", err)
+			}
+			select {
+			case err := <-got:
+				t.Fatalf("the waiter behind the stopped one ended before its place expired: %v", err)
+			default:
+			}
+			// The stopped waiter's place runs out.
+			if err := admin.ZAdd(ctx, deadlines, redis.Z{Score: 1, Member: "ghost"}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("the waiter behind the stopped one: %v", err)
+			}
+		})
 	}
 }

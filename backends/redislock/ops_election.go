@@ -18,6 +18,8 @@ import (
 //	counter: "dlock:eterm\xff{" + tag + "}" + name     (the last term's token, never expires)
 //	log:     "dlock:elog\xff{" + tag + "}" + name      (a stream: one entry per term, token and value;
 //	                                                   about logLength entries, expiring one TTL after the latest)
+//	candidates: "dlock:equeue\xff{" + tag + "}" + name (the waiting candidates: a sorted set, owner value → arrival in µs)
+//	deadlines:  "dlock:eqdead\xff{" + tag + "}" + name (a sorted set, owner value → when it counts as gone, ms)
 //
 // No mutex is named like them (the byte 0xff is not valid UTF-8), and the election's
 // releases are announced on Channel(term key). Once its last term has ended, an
@@ -33,6 +35,12 @@ const (
 	electionTermPrefix = "dlock:eterm\xff"
 	electionLogPrefix  = "dlock:elog\xff"
 )
+
+// candidatesKeys returns the keys of election name's waiting candidates and of
+// their deadlines.
+func candidatesKeys(name string) (candidates, deadlines string) {
+	return redisops.Tagged("dlock:equeue\xff", name), redisops.Tagged("dlock:eqdead\xff", name)
+}
 
 // electionKey returns the key that holds election name's current term.
 func electionKey(name string) string { return redisops.Tagged(electionPrefix, name) }
@@ -50,14 +58,22 @@ const ownerLen = 32
 // log expires one term's TTL after its latest entry.
 const logLength = 1000
 
-// runCampaign makes name's leader the owner value with value for ttl if nobody leads,
-// counting the term and logging it in the same script. It returns won true and the
-// term's token, or won false and the leader's remaining TTL. As with Acquire, an
-// error may come after the script ran: a caller that gives up must Release
-// electionKey(name) with owner+value.
-func runCampaign(ctx context.Context, c redis.Scripter, name, owner, value string, ttl time.Duration) (token uint64, remaining time.Duration, won bool, err error) {
-	res, err := campaignScript.Run(ctx, c, []string{electionKey(name), electionTermKey(name), electionLogKey(name)},
-		owner+value, redisops.Millis(ttl), value, logLength).Int64Slice()
+// runCampaign makes name's leader the owner value with value for ttl if nobody leads
+// and no candidate that has waited DefaultBargeWindow comes first, counting the term
+// and logging it in the same script; with wait, a candidate that is not elected
+// joins (or stays among) the waiting candidates for ttl (campaign.lua). It returns
+// won true and the term's token, or won false and how long until a look may find
+// otherwise (the leader's remaining TTL, or the place of the candidate that comes
+// first). As with Acquire, an error may come after the script ran: a caller that
+// gives up must resign (resignOp) with owner and value.
+func runCampaign(ctx context.Context, c redis.Scripter, name, owner, value string, ttl time.Duration, wait bool) (token uint64, remaining time.Duration, won bool, err error) {
+	op := ""
+	if wait {
+		op = "wait"
+	}
+	candidates, deadlines := candidatesKeys(name)
+	res, err := campaignScript.Run(ctx, c, []string{electionKey(name), electionTermKey(name), electionLogKey(name), candidates, deadlines},
+		owner+value, redisops.Millis(ttl), value, logLength, owner, op, DefaultBargeWindow.Microseconds()).Int64Slice()
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -68,6 +84,19 @@ func runCampaign(ctx context.Context, c redis.Scripter, name, owner, value strin
 		return uint64(res[1]), 0, true, nil
 	}
 	return 0, max(time.Duration(res[1])*time.Millisecond, 0), false, nil
+}
+
+// resignOp ends election name's term if owner (with value) holds it, and takes
+// owner out of the waiting candidates; when the term is then free it wakes the
+// first waiting candidate alone, on its own channel (TurnChannel(electionKey(name),
+// candidate)). It reports whether it ended the term — also when run again after its
+// reply was lost (resign.lua).
+func resignOp(ctx context.Context, c redis.Scripter, name, owner, value string) (bool, error) {
+	key := electionKey(name)
+	candidates, deadlines := candidatesKeys(name)
+	n, err := resignScript.Run(ctx, c, []string{key, redisops.ReleasedKey(key, owner+value), candidates, deadlines},
+		owner+value, redisops.Channel(key), owner).Int64()
+	return n == 1, err
 }
 
 // readLeader returns election name's current leader: its value and token, and ok

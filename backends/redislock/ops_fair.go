@@ -87,7 +87,7 @@ type fairCall struct {
 // fairSHA is fair.lua's SHA1, boxed once, and fairSource its text.
 var (
 	fairSHA    any = fairScript.Hash()
-	fairSource     = source("fair.lua")
+	fairSource     = withLib("fair.lua")
 )
 
 func newFairCall(key, value string, ttl, window time.Duration) *fairCall {

@@ -1,4 +1,4 @@
--- prim_acquire.lua (after prim_waiters.lua): take a lease of the semaphore or read-write lock whose holders
+-- prim_acquire.lua (after lib.lua and prim_waiters.lua): take a lease of the semaphore or read-write lock whose holders
 -- are the sorted set KEYS[1] (member: owner value, score: expiry in ms on the
 -- server's clock) and whose settings are the hash KEYS[2] (kind, limit, writer);
 -- KEYS[3] is its fencing counter (never expires); KEYS[4] the read-write lock's
@@ -26,11 +26,7 @@
 -- the next acquirer's once none is left.
 -- Idempotent: run again with the same owner (a retry after a lost reply) it returns
 -- the grant it made.
-if redis.replicate_commands then
-  redis.replicate_commands() -- Redis before 5: writes after TIME need it
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local t, now = clock()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return {1, tonumber(redis.call('GET', KEYS[3]))}
@@ -48,20 +44,6 @@ if n > 0 then
   end
 end
 local waits = ARGV[5] == 'wait'
--- enqueue puts the caller among the waiters (keeping its arrival) or renews its
--- place.
-local function enqueue()
-  if not redis.call('ZSCORE', KEYS[5], ARGV[1]) then
-    redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
-  end
-  local wttl = tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[6], now + wttl, ARGV[1])
-  for k = 5, 6 do
-    if redis.call('PTTL', KEYS[k]) < wttl then
-      redis.call('PEXPIRE', KEYS[k], wttl)
-    end
-  end
-end
 local writer = kind == 'rwlock' and redis.call('GET', KEYS[4])
 if writer and writer ~= ARGV[1] and ARGV[4] == 'shared' then
   return {0, math.max(redis.call('PTTL', KEYS[4]), 1)}
@@ -73,9 +55,11 @@ end
 if kind == 'semaphore' then
   local free = tonumber(ARGV[4]) - n
   if free > 0 and redis.call('EXISTS', KEYS[5]) == 1 then
-    dropGone(now)
+    dropGone(KEYS[5], KEYS[6], now)
     local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local ahead = redis.call('ZCOUNT', KEYS[5], '-inf', us - tonumber(ARGV[6]))
+    -- The waiters that have waited the window come first (the lock user's ACL
+    -- has no ZCOUNT: at most free of them are counted, which is all it takes).
+    local ahead = #redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', us - tonumber(ARGV[6]), 'LIMIT', 0, free)
     local rank = redis.call('ZRANK', KEYS[5], ARGV[1])
     if rank then
       ahead = math.min(ahead, rank)
@@ -90,11 +74,11 @@ if kind == 'semaphore' then
     wait = nil
   end
   if wait and waits then
-    enqueue()
+    joinQueue(KEYS[5], KEYS[6], ARGV[1], tonumber(t[1]) * 1000000 + tonumber(t[2]), now, tonumber(ARGV[2]))
   end
 elseif n > 0 and ARGV[4] == 'exclusive' then
   if waits then
-    enqueue()
+    joinQueue(KEYS[5], KEYS[6], ARGV[1], tonumber(t[1]) * 1000000 + tonumber(t[2]), now, tonumber(ARGV[2]))
     if not writer or writer == ARGV[1] then
       redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
     end
@@ -113,7 +97,7 @@ if n == 0 then
   end
 end
 if waits then
-  leave(ARGV[1])
+  leaveQueue(KEYS[5], KEYS[6], ARGV[1])
 end
 local token = redis.call('INCR', KEYS[3])
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])

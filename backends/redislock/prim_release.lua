@@ -1,4 +1,4 @@
--- prim_release.lua (after prim_waiters.lua): remove the holder ARGV[1] of the primitive KEYS[1] (holders) /
+-- prim_release.lua (after lib.lua and prim_waiters.lua): remove the holder ARGV[1] of the primitive KEYS[1] (holders) /
 -- KEYS[2] (settings), or take it out of the waiters (a wait that ended), and wake
 -- the waiters that may now be granted. Returns 1 if it was a live holder, 0 if the
 -- lease had expired or was gone (an expired holder is removed all the same).
@@ -20,9 +20,8 @@ if redis.replicate_commands then
   redis.replicate_commands() -- Redis before 5: writes after TIME need it
 end
 local me, channel, limit = ARGV[1], ARGV[2], ARGV[3]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local waited = leave(me)
+local t, now = clock()
+local waited = leaveQueue(KEYS[5], KEYS[6], me)
 if limit == '' and redis.call('GET', KEYS[4]) == me then
   nextWriter(now)
   waited = true
@@ -47,12 +46,13 @@ elseif waited then
 else
   return redis.call('EXISTS', KEYS[3])
 end
-local n = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
 if limit ~= '' then
   redis.call('PUBLISH', channel, '')
   local free = tonumber(limit) - n
   if free > 0 then
-    dropGone(now)
+    dropGone(KEYS[5], KEYS[6], now)
     for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, free - 1)) do
       redis.call('PUBLISH', channel .. '#' .. w, '')
     end

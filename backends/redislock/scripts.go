@@ -4,12 +4,15 @@ import (
 	"embed"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 )
 
 // The Lua scripts only this backend runs, beside the Go that runs them (ops_*.go):
 // the fair mode (fair.lua), sets of keys (*_all.lua), semaphores and read-write locks
-// (prim_*.lua; prim_waiters.lua goes in front of the two that keep waiters) and elections (campaign.lua). The mutex's own scripts are the ones
-// redlock shares (backends/internal/redisops).
+// (prim_*.lua) and elections (campaign.lua, resign.lua). The mutex's own scripts are
+// the ones redlock shares (backends/internal/redisops); so is lib.lua
+// (redisops.LuaLib), the functions the scripts share, which they start with.
 //
 //go:embed *.lua
 var luaFiles embed.FS
@@ -26,12 +29,23 @@ func source(name string) string {
 	return string(src)
 }
 
+// withLib is source(names...) after redisops.LuaLib: a script that uses its
+// functions.
+func withLib(names ...string) string {
+	src := redisops.LuaLib
+	for _, n := range names {
+		src += source(n)
+	}
+	return src
+}
+
 var (
-	campaignScript    = script("campaign.lua")
-	fairScript        = script("fair.lua")
-	fairAllScript     = script("fair_all.lua")
+	campaignScript    = redis.NewScript(withLib("campaign.lua"))
+	resignScript      = redis.NewScript(withLib("resign.lua"))
+	fairScript        = redis.NewScript(fairSource)
+	fairAllScript     = redis.NewScript(withLib("fair_all.lua"))
 	refreshAllScript  = script("refresh_all.lua")
-	primAcquireScript = redis.NewScript(source("prim_waiters.lua") + source("prim_acquire.lua"))
+	primAcquireScript = redis.NewScript(withLib("prim_waiters.lua", "prim_acquire.lua"))
 	primRefreshScript = script("prim_refresh.lua")
-	primReleaseScript = redis.NewScript(source("prim_waiters.lua") + source("prim_release.lua"))
+	primReleaseScript = redis.NewScript(withLib("prim_waiters.lua", "prim_release.lua"))
 )

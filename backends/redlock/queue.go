@@ -21,10 +21,10 @@ import (
 var (
 	//go:embed wait.lua
 	waitSrc    string
-	waitScript = newScript(waitSrc)
+	waitScript = newScript(redisops.LuaLib + waitSrc)
 	//go:embed release.lua
 	releaseSrc    string
-	releaseScript = newScript(releaseSrc)
+	releaseScript = newScript(redisops.LuaLib + releaseSrc)
 )
 
 // queuePrefix starts the key of each lock's queue of waiters on a master, and

@@ -1,5 +1,5 @@
--- release.lua: Redlock's release on one master, which wakes one waiter. KEYS[1] is
--- the lock, KEYS[2] the caller's tombstone (redisops.ReleasedKey), KEYS[3] the
+-- release.lua (after lib.lua): Redlock's release on one master, which wakes one
+-- waiter. KEYS[1] is the lock, KEYS[2] the caller's tombstone (redisops.ReleasedKey), KEYS[3] the
 -- key's queue of waiters and KEYS[4] their deadlines (wait.lua). ARGV[1] is the
 -- caller's owner value ('' for none), ARGV[2] the key's release channel, ARGV[3]
 -- the caller's name in the queue ('' for none), ARGV[4] '1' on a Redis Cluster node.
@@ -19,25 +19,16 @@ if redis.replicate_commands then
 end
 local deleted = false
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
-  local pttl = redis.call('PTTL', KEYS[1])
-  redis.call('DEL', KEYS[1])
-  if pttl > 0 then
-    redis.call('SET', KEYS[2], '1', 'PX', pttl)
-  end
+  endLease(KEYS[1], KEYS[2])
   deleted = true
 end
 local queued = redis.call('EXISTS', KEYS[3]) == 1
 if queued and ARGV[3] ~= '' then
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
+  leaveQueue(KEYS[3], KEYS[4], ARGV[3])
 end
 if (deleted or ARGV[1] == '') and queued and redis.call('EXISTS', KEYS[1]) == 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-    redis.call('ZREM', KEYS[3], gone)
-    redis.call('ZREM', KEYS[4], gone)
-  end
+  local t, now = clock()
+  dropGone(KEYS[3], KEYS[4], now)
   -- PUBLISH counts the clients it reached on this server: a first waiter that no
   -- one hears here (its wait ended with a request this master never got, or it is
   -- between its first look and its subscription) is dropped from this master's
@@ -49,8 +40,7 @@ if (deleted or ARGV[1] == '') and queued and redis.call('EXISTS', KEYS[1]) == 0 
     if not head or redis.call('PUBLISH', ARGV[2] .. '#' .. head, '') > 0 or ARGV[4] == '1' then
       break
     end
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('ZREM', KEYS[4], head)
+    leaveQueue(KEYS[3], KEYS[4], head)
   end
 end
 if deleted then

@@ -36,9 +36,16 @@ var (
 	//go:embed release.lua
 	releaseSrc string
 
+	// LuaLib defines the Lua functions the scripts of the Redis backends share
+	// (endLease; dropGone, leaveQueue and joinQueue, which keep a key's queue of
+	// waiters: see lib.lua), for a script that uses them to put in front of its
+	// own text.
+	//go:embed lib.lua
+	LuaLib string
+
 	acquireScript = redis.NewScript(acquireSrc)
 	refreshScript = redis.NewScript(refreshSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = redis.NewScript(LuaLib + releaseSrc)
 )
 
 // NewValue returns a new owner value: 128 random bits as 32 lowercase hex digits.

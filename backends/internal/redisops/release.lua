@@ -1,4 +1,4 @@
--- release.lua: delete the lock KEYS[1] if it still holds the owner value
+-- release.lua (after lib.lua): delete the lock KEYS[1] if it still holds the owner value
 -- ARGV[1], and tell waiters on the channel ARGV[2] unless it is empty. Returns 1
 -- if it deleted the lock, 0 if the lock is gone or someone else's (then nothing is
 -- published).
@@ -8,11 +8,7 @@
 -- go-redis retries a command whose reply was lost with its connection — returns 1
 -- again instead of "gone": it was this owner that deleted the lock.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local pttl = redis.call('PTTL', KEYS[1])
-  redis.call('DEL', KEYS[1])
-  if pttl > 0 then
-    redis.call('SET', KEYS[2], '1', 'PX', pttl)
-  end
+  endLease(KEYS[1], KEYS[2])
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], '')
   end
