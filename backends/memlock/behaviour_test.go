@@ -136,3 +136,62 @@ func TestElectionRecordsPruned(t *testing.T) {
 		t.Errorf("%d election records after the only term expired and a grant reaped, want 0", got)
 	}
 }
+
+// TestCandidatesQueue: Campaign waits among the election's candidates in arrival
+// order, and a resignation hands the term to the first of them at once: five
+// candidates that each resign as soon as they lead lead in the order they came,
+// each seen as the leader with its own value.
+func TestCandidatesQueue(t *testing.T) {
+	s := memlock.NewStore()
+	l := memlock.New(memlock.WithStore(s))
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := dlock.NewElection(l, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.TryCampaign(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	order := make(chan string, n)
+	errs := make(chan error, n)
+	for i := range n {
+		v := fmt.Sprint("candidate", i)
+		go func() {
+			ls, err := e.Campaign(ctx, v)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if lead, err := e.Leader(ctx); err != nil || lead.Value != v {
+				errs <- fmt.Errorf("%s leads, Leader says %+v, %v", v, lead, err)
+				return
+			}
+			order <- v
+			errs <- ls.Release(ctx)
+		}()
+		for s.Candidates("e") < i+1 { // the next candidate comes after this one queued
+			select {
+			case err := <-errs:
+				t.Fatalf("a candidate ended before the first resigned: %v", err)
+			case <-ctx.Done():
+				t.Fatalf("%d candidates queued, want %d", s.Candidates("e"), i+1)
+			case <-time.After(time.Millisecond): // the Store announces nothing
+			}
+		}
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if v, want := <-order, fmt.Sprint("candidate", i); v != want {
+			t.Fatalf("term %d went to %s, want %s (arrival order)", i+1, v, want)
+		}
+	}
+}

@@ -10,9 +10,9 @@ import (
 )
 
 // Leader election: an election's term is the lock on a key of its own in the Store
-// (electionKey: no mutex key can be named like it), taken by TryCampaign only (no
-// queue: a waiting candidate is woken when a term is released, or retries at the
-// holder's expiry). The Store records each term with its value as it grants it,
+// (electionKey: no mutex key can be named like it), taken by TryCampaign, or by
+// Campaign, whose candidates queue as a mutex's waiters do (the first is handed the
+// term when it ends or expires). The Store records each term with its value as it grants it,
 // so Leader and WatchLeaders see every term, in order. An election's record goes
 // once it has neither a live term nor an observer (at the term's release, the
 // observer's end, or the reaping after an expiry): the Store keeps no state for
@@ -63,6 +63,7 @@ func (s *Store) Elections() int {
 
 var (
 	_ driver.Elector          = (*memDriver)(nil)
+	_ driver.CampaignWaiter   = (*memDriver)(nil)
 	_ driver.CampaignNotifier = (*memDriver)(nil)
 )
 
@@ -78,6 +79,20 @@ func (d *memDriver) TryCampaign(ctx context.Context, name, value string, ttl tim
 	if err != nil {
 		return nil, err
 	}
+	s.beginTerm(name, value, lk)
+	return lk, nil
+}
+
+// Campaign waits for name's term among its candidates, in arrival order
+// (driver.CampaignWaiter): a term that ends or expires goes to the first candidate
+// at once, and one granted to a candidate whose wait ended goes on to the next.
+func (d *memDriver) Campaign(ctx context.Context, name, value string, ttl time.Duration) (driver.Lock, error) {
+	return d.wait(ctx, electionKey(name), ttl, func(lk *memLock) { d.s.beginTerm(name, value, lk) })
+}
+
+// beginTerm records lk, just granted, as election name's term with value; the
+// caller holds s.mu.
+func (s *Store) beginTerm(name, value string, lk *memLock) {
 	e := s.election(name)
 	e.current, e.value = lk, value
 	e.log = append(e.log, driver.Leader{Value: value, Token: lk.token})
@@ -86,7 +101,6 @@ func (d *memDriver) TryCampaign(ctx context.Context, name, value string, ttl tim
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
-	return lk, nil
 }
 
 // election returns name's record; the caller holds s.mu.

@@ -46,6 +46,8 @@ type waiter struct {
 	holder  *driver.Holder
 	since   time.Time // when it queued
 	id      uint64
+	// term, for a candidate (Campaign), begins its term as it is granted.
+	term func(*memLock)
 }
 
 // NewStore returns an empty lock space.
@@ -76,6 +78,9 @@ func (s *Store) Waiting(key string) int {
 	defer s.mu.Unlock()
 	return len(s.queues[key])
 }
+
+// Candidates reports how many Campaigns wait for election name's term.
+func (s *Store) Candidates(name string) int { return s.Waiting(electionKey(name)) }
 
 // held returns key's live lock, if any; the caller holds s.mu.
 func (s *Store) held(key string, now time.Time) (*entry, bool) {
@@ -129,7 +134,11 @@ func (s *Store) free(key string, now time.Time) bool {
 	}
 	w := q[0]
 	s.dequeue(key, w)
-	w.granted <- s.grant(key, w.ttl, w.holder, now)
+	lk := s.grant(key, w.ttl, w.holder, now)
+	if w.term != nil {
+		w.term(lk)
+	}
+	w.granted <- lk
 	return true
 }
 
@@ -223,6 +232,12 @@ func (s *Store) try(key string, ttl time.Duration, holder *driver.Holder, now ti
 // when the Locker closes). A holder that neither releases nor refreshes loses key at its expiry,
 // which the waiters watch for.
 func (d *memDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	return d.wait(ctx, key, ttl, nil)
+}
+
+// wait is Lock, for a candidate too: term, when not nil, is called under s.mu with
+// the lock as it is granted (at once or when key is handed on).
+func (d *memDriver) wait(ctx context.Context, key string, ttl time.Duration, term func(*memLock)) (driver.Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -231,11 +246,14 @@ func (d *memDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	s.mu.Lock()
 	lk, err := s.try(key, ttl, holderOf(ctx), now)
 	if err == nil {
+		if term != nil {
+			term(lk)
+		}
 		s.mu.Unlock()
 		return lk, nil
 	}
 	s.waiters++
-	w := &waiter{ttl: ttl, granted: make(chan *memLock, 1), holder: holderOf(ctx), since: now, id: s.waiters}
+	w := &waiter{ttl: ttl, granted: make(chan *memLock, 1), holder: holderOf(ctx), since: now, id: s.waiters, term: term}
 	s.queues[key] = append(s.queues[key], w)
 	wake := time.Duration(0)
 	if e, ok := s.held(key, now); ok {
