@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/servers"
 )
 
@@ -38,18 +39,9 @@ func TestReleaseWakesOne(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			done := make(chan error, n)
-			for range n {
-				l := redislock.New(client(t, addr), mode.opts...)
-				defer l.Close()
-				go func() {
-					ls, err := l.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
-					if err == nil {
-						err = ls.Release(context.Background())
-					}
-					done <- err
-				}()
-			}
+			done := locktest.Churn(lockers(t, addr, n, mode.opts...), 1, func(l dlock.Locker) (dlock.Lease, error) {
+				return l.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
+			})
 			waitWaiters(t, admin, k, n)
 			awaitTurnListeners(t, admin, k, n) // each looks once more after it subscribes
 			handOffRuns(t, admin, addr, []dlock.Lease{lh}, done, n)
@@ -81,6 +73,17 @@ func handOffRuns(t *testing.T, admin *redis.Client, addr string, held []dlock.Le
 	if runs > 3*n+len(held) {
 		t.Errorf("%d script runs for %d hand-offs (%.1f each), want at most 3 each: a release woke more than one waiter", runs, n, float64(runs)/float64(n))
 	}
+}
+
+// lockers returns n Lockers with opts, each on a client of its own to the server
+// at addr, closed when t ends.
+func lockers(t testing.TB, addr string, n int, opts ...redislock.Option) []dlock.Locker {
+	ls := make([]dlock.Locker, n)
+	for i := range ls {
+		ls[i] = redislock.New(client(t, addr), opts...)
+		t.Cleanup(func() { ls[i].Close() })
+	}
+	return ls
 }
 
 // waitWaiters waits until n clients wait for k: in its queue, or (a waiter that
@@ -223,18 +226,7 @@ func TestPrimitiveReleaseWakesOne(t *testing.T) {
 				}
 				held = append(held, lh)
 			}
-			done := make(chan error, n)
-			for range n {
-				l := redislock.New(client(t, addr))
-				defer l.Close()
-				go func() {
-					ls, err := p.take(l, k)
-					if err == nil {
-						err = ls.Release(context.Background())
-					}
-					done <- err
-				}()
-			}
+			done := locktest.Churn(lockers(t, addr, n), 1, func(l dlock.Locker) (dlock.Lease, error) { return p.take(l, k) })
 			awaitCard(t, admin, p.queue(k), n)
 			// Each waiter looks once more right after it subscribes: wait for that
 			// too, so that the count below holds hand-offs alone.
