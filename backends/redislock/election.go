@@ -82,9 +82,7 @@ func (c *candidate) attempt(ctx context.Context, ttl time.Duration, wait bool) (
 		return won, err
 	})
 	if err != nil {
-		if won || !redisops.IsReply(err) || wait {
-			c.cleanup()
-		}
+		leaveIfSent(err, won, wait, c.cleanup)
 		return nil, remaining, err
 	}
 	if !won {

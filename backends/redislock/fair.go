@@ -114,7 +114,7 @@ func (d fairDriver) attempt(ctx context.Context, key string, f *fairCall, wait b
 		return res.Acquired, err
 	})
 	if err != nil {
-		leaveIfSent(err, res, wait, func() { d.leave(f) })
+		leaveIfSent(err, res.Acquired, wait, func() { d.leave(f) })
 		return nil, res, err
 	}
 	if !res.Acquired {
@@ -123,13 +123,14 @@ func (d fairDriver) attempt(ctx context.Context, key string, f *fairCall, wait b
 	return &redisLock{d: d.redisDriver, key: key, value: f.value, token: res.Token, fair: f, validFrom: sent}, res, nil
 }
 
-// leaveIfSent is the error path of attempt and attemptAll. After an error that is
-// not the script's own reply the script may have run; and a waiting caller, or one
-// the reply granted, may be queued or hold keys. Then leave takes the caller out of
-// the queues and gives back what it may hold; after the script's own refusal of a
-// try there is nothing to undo.
-func leaveIfSent(err error, res fairResult, wait bool, leave func()) {
-	if res.Acquired || !redisops.IsReply(err) || wait {
+// leaveIfSent is the error path of every waiter's attempt (the fair mutex's, a set's,
+// a semaphore's or read-write lock's, a candidate's). After an error that is not
+// the script's own reply the script may have run; and a waiting caller, or one the
+// reply granted, may be queued or hold the lock. Then leave takes the caller out
+// of the queues and gives back what it may hold; after the script's own refusal of
+// a try there is nothing to undo.
+func leaveIfSent(err error, granted, wait bool, leave func()) {
+	if granted || !redisops.IsReply(err) || wait {
 		leave()
 	}
 }

@@ -91,7 +91,7 @@ func (d fairDriver) attemptAll(ctx context.Context, keys []string, value string,
 		return res.Acquired, err
 	})
 	if err != nil {
-		leaveIfSent(err, res, wait, func() { d.leaveAll(keys, value) })
+		leaveIfSent(err, res.Acquired, wait, func() { d.leaveAll(keys, value) })
 		return nil, res, err
 	}
 	if !res.Acquired {

@@ -76,12 +76,14 @@ func (d *redisDriver) LockSemaphore(ctx context.Context, key string, limit int, 
 
 // LockRW waits for key's read-write lock (driver.RWWaiter), woken by releases and
 // looking again at least every third of ttl and when the first holder's lease (or
-// the waiting writer's place) runs out. An exclusive waiter becomes the key's
-// waiting writer when none is (writerWaitKey), which keeps new shared acquirers out
-// until it is granted, leaves, or stops asking for ttl (a crashed waiter); so a
-// writer gets in once the readers before it are done, however many keep coming; the
-// release that frees the lock then wakes it alone. A second waiting writer waits
-// behind the first. Writers are not ordered among themselves, nor readers.
+// the waiting writer's place) runs out. Exclusive waiters queue in the store (the
+// semaphore's waiter keys, by arrival), and the first of them is the key's waiting
+// writer (writerWaitKey), which keeps new shared acquirers out until it is granted,
+// leaves, or stops asking for ttl (a crashed waiter); so a writer gets in once the
+// readers before it are done, however many keep coming; the release that frees the
+// lock then wakes it alone, and its grant makes the next queued writer the waiting
+// one. Readers are not ordered among themselves, and writers not strictly: a
+// writer that finds the lock free takes it, ahead of any queued writer.
 func (d *redisDriver) LockRW(ctx context.Context, key string, shared bool, ttl time.Duration) (driver.Lock, error) {
 	l := &primLock{d: d, key: key, value: redisops.NewOwner(ctx), wake: driver.RWWake(key), kind: kindRWLock, arg: rwMode(shared)}
 	return l.wait(ctx, ttl, !shared, func(ctx context.Context) (<-chan struct{}, func(), error) {
@@ -121,9 +123,7 @@ func (l *primLock) acquire(ctx context.Context, ttl time.Duration, wait bool) (d
 	})
 	switch {
 	case err != nil:
-		if r.Granted || !redisops.IsReply(err) || wait {
-			l.cleanup() // granted but not acknowledged, no reply, or a waiter's place: undo it
-		}
+		leaveIfSent(err, r.Granted, wait, l.cleanup)
 		return nil, r, err
 	case r.Conflict != "":
 		return nil, r, fmt.Errorf("%w: %q is %s", dlock.ErrConflict, l.key, r.Conflict)
