@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/backends/mysqllock"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/herdtest"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
@@ -55,7 +55,7 @@ func TestQueuedHandOffCost(t *testing.T) {
 				ls[i] = mysqllock.New(openDB(t, dsn, nil), mysqllock.WithFIFO(fifo))
 				defer ls[i].Close()
 			}
-			done := locktest.Churn(ls, rounds, func(l dlock.Locker) (dlock.Lease, error) {
+			done := herdtest.Churn(ls, rounds, func(l dlock.Locker) (dlock.Lease, error) {
 				return l.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
 			})
 			for deadline := time.Now().Add(30 * time.Second); queued(t, admin, k) < n; {

@@ -12,7 +12,7 @@ import (
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/backends/redislock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/herdtest"
 	"github.com/dlock-go/dlock/internal/servers"
 )
 
@@ -39,7 +39,7 @@ func TestReleaseWakesOne(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			done := locktest.Churn(lockers(t, addr, n, mode.opts...), 1, func(l dlock.Locker) (dlock.Lease, error) {
+			done := herdtest.Churn(lockers(t, addr, n, mode.opts...), 1, func(l dlock.Locker) (dlock.Lease, error) {
 				return l.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
 			})
 			waitWaiters(t, admin, k, n)
@@ -226,7 +226,7 @@ func TestPrimitiveReleaseWakesOne(t *testing.T) {
 				}
 				held = append(held, lh)
 			}
-			done := locktest.Churn(lockers(t, addr, n), 1, func(l dlock.Locker) (dlock.Lease, error) { return p.take(l, k) })
+			done := herdtest.Churn(lockers(t, addr, n), 1, func(l dlock.Locker) (dlock.Lease, error) { return p.take(l, k) })
 			awaitCard(t, admin, p.queue(k), n)
 			// Each waiter looks once more right after it subscribes: wait for that
 			// too, so that the count below holds hand-offs alone.

@@ -302,27 +302,3 @@ func RWWaitLongerThanTTL(t *testing.T, open func(t *testing.T, key string) *dloc
 		})
 	}
 }
-
-// Churn starts a goroutine per Locker of ls that takes a lease with take and
-// releases it as soon as it is granted, rounds times (stopping at the first error),
-// and then sends its outcome on the returned channel: one value per Locker. The
-// herd tests use it: each of many waiters hands the lock on at once.
-func Churn(ls []dlock.Locker, rounds int, take func(dlock.Locker) (dlock.Lease, error)) <-chan error {
-	done := make(chan error, len(ls))
-	for _, l := range ls {
-		go func() {
-			var err error
-			for range rounds {
-				var lease dlock.Lease
-				if lease, err = take(l); err != nil {
-					break
-				}
-				if err = lease.Release(context.Background()); err != nil {
-					break
-				}
-			}
-			done <- err
-		}()
-	}
-	return done
-}
