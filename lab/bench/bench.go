@@ -527,7 +527,9 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 			progress(fmt.Sprintf("%-20s %s %s", t.Name, m, s))
 		}
 		step(MScaling, func(ctx context.Context) (string, error) {
-			sc, err := scaling(ctx, e, t, cfg.TTL, cfg.Waiters, cfg.Duration)
+			sc, err := repeatScaling(cfg.Repeat, func() (*Scaling, error) {
+				return scaling(ctx, e, t, cfg.TTL, cfg.Waiters, cfg.Duration)
+			})
 			if err == nil {
 				r.Scaling = sc
 			}
@@ -578,7 +580,7 @@ func measureAll(ctx context.Context, e *env, cfg Config, targets []Target, res *
 				return fmt.Sprintf("%d keys at once p50 %v, %d single leases p50 %v (%.2f×)", setSize, m.Set.P50, setSize, m.Singles.P50, m.Ratio), err
 			})
 			step(MPrimScaling, func(ctx context.Context) (string, error) {
-				ps, err := primScaling(ctx, e, t, cfg.TTL, primWaiters(cfg.Waiters), cfg.Duration)
+				ps, err := primScaling(ctx, e, t, cfg.TTL, primWaiters(cfg.Waiters), cfg.Duration, cfg.Repeat)
 				r.PrimScaling = ps
 				if errors.Is(err, errors.ErrUnsupported) {
 					return "no primitives", nil

@@ -219,6 +219,37 @@ func TestChecks(t *testing.T) {
 	}
 }
 
+// TestRepeatScaling: the scaling measurement is repeated, the table shows the
+// repetition whose rate ratio is the median, and the checks judge the median of
+// every repetition's ratios (each shown), not the one repetition shown.
+func TestRepeatScaling(t *testing.T) {
+	run := func(rate100, per100 float64) []ScalePoint {
+		return []ScalePoint{{Waiters: 8, TransferRate: 100, PerHandoff: 10}, {Waiters: 100, TransferRate: rate100, PerHandoff: per100}}
+	}
+	runs := [][]ScalePoint{run(90, 10), run(50, 20), run(70, 15)}
+	i := 0
+	s, err := repeatScaling(3, func() (*Scaling, error) { i++; return &Scaling{Points: runs[i-1]}, nil })
+	if err != nil || i != 3 || len(s.Runs) != 3 {
+		t.Fatalf("repeatScaling ran %d times, kept %d runs, error %v; want 3, 3, nil", i, len(s.Runs), err)
+	}
+	if s.Ratio() != 0.7 {
+		t.Errorf("shown repetition's ratio %.2f, want the median's 0.70", s.Ratio())
+	}
+	got := map[string]Check{}
+	for _, c := range checks(&Results{Rows: []Row{{Name: "redis", Kind: Backend, Scaling: s}}}) {
+		got[c.Claim] = c
+	}
+	for claim, want := range map[string][]float64{
+		"redis: hand-offs/s with 100 waiters ≥ 0.7× with 8":                        {0.9, 0.5, 0.7},
+		"redis: store requests per hand-off with 100 waiters ≤ 1.2× with 8 (flat)": {1, 2, 1.5},
+	} {
+		c := got[claim]
+		if !slices.Equal(c.Values, want) || c.Value != median(want) {
+			t.Errorf("%s: values %v (median %.2f), want %v (median %.2f)", claim, c.Values, c.Value, want, median(want))
+		}
+	}
+}
+
 func TestMedian(t *testing.T) {
 	for _, c := range []struct {
 		in   []float64

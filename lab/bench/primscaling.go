@@ -70,8 +70,9 @@ func primitiveLockers(ctx context.Context, ep Endpoints, t Target, ttl time.Dura
 }
 
 // primScaling measures the scaling of each primitive t's backend has, with each
-// number of clients in waiters; errors.ErrUnsupported when it has none.
-func primScaling(ctx context.Context, e *env, t Target, ttl time.Duration, waiters []int, d time.Duration) ([]PrimScale, error) {
+// number of clients in waiters, reps times (repeatScaling); errors.ErrUnsupported
+// when it has none.
+func primScaling(ctx context.Context, e *env, t Target, ttl time.Duration, waiters []int, d time.Duration, reps int) ([]PrimScale, error) {
 	out, wraps, err := primitiveLockers(ctx, e.ep, t, ttl)
 	if err != nil {
 		return nil, err
@@ -80,23 +81,30 @@ func primScaling(ctx context.Context, e *env, t Target, ttl time.Duration, waite
 		return nil, fmt.Errorf("%s: %w", t.Name, errors.ErrUnsupported)
 	}
 	for i := range out {
-		out[i].Scaling = &Scaling{}
-		for _, n := range waiters {
-			p := t
-			p.Name = t.Name + "/" + out[i].Primitive
-			var opened atomic.Int64 // each point opens its clients afresh
-			p.Open = func(ctx context.Context, ep Endpoints, ttl time.Duration) (dlock.Locker, error) {
-				l, err := t.Open(ctx, ep, ttl)
-				if err != nil {
-					return nil, err
+		var err error
+		out[i].Scaling, err = repeatScaling(reps, func() (*Scaling, error) {
+			run := &Scaling{}
+			for _, n := range waiters {
+				p := t
+				p.Name = t.Name + "/" + out[i].Primitive
+				var opened atomic.Int64 // each point opens its clients afresh
+				p.Open = func(ctx context.Context, ep Endpoints, ttl time.Duration) (dlock.Locker, error) {
+					l, err := t.Open(ctx, ep, ttl)
+					if err != nil {
+						return nil, err
+					}
+					return wraps[i](l, int(opened.Add(1)-1)), nil
 				}
-				return wraps[i](l, int(opened.Add(1)-1)), nil
+				s, err := scaling(ctx, e, p, ttl, []int{n}, d)
+				if err != nil {
+					return run, err
+				}
+				run.Points = append(run.Points, s.Points...)
 			}
-			s, err := scaling(ctx, e, p, ttl, []int{n}, d)
-			if err != nil {
-				return out[:i], fmt.Errorf("%s: %w", out[i].Primitive, err)
-			}
-			out[i].Points = append(out[i].Points, s.Points...)
+			return run, nil
+		})
+		if err != nil {
+			return out[:i], fmt.Errorf("%s: %w", out[i].Primitive, err)
 		}
 	}
 	return out, nil

@@ -2,11 +2,13 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,26 +42,95 @@ type ScalePoint struct {
 
 // Scaling is how a target's contended cost grows with the number of waiters.
 type Scaling struct {
+	// Points are those of the repetition whose Ratio is the median of Runs'.
 	Points []ScalePoint
+	// Runs are every repetition's points, in the order they ran (Config.Repeat).
+	Runs [][]ScalePoint `json:",omitempty"`
 }
 
 // Ratio is the hand-off rate with the most waiters over the rate with the fewest
 // (0 when either is missing): 1 when adding waiters costs nothing.
 func (s *Scaling) Ratio() float64 {
-	if s == nil || len(s.Points) < 2 || s.Points[0].TransferRate == 0 {
+	if s == nil {
 		return 0
 	}
-	return s.Points[len(s.Points)-1].TransferRate / s.Points[0].TransferRate
+	return rateRatio(s.Points)
 }
 
 // Growth is requests per hand-off with the most waiters over that with the fewest
 // (0 when the store counts no requests): 1 when requests per hand-off stay flat, n/8
 // for a herd that wakes every waiter on each release.
 func (s *Scaling) Growth() float64 {
-	if s == nil || len(s.Points) < 2 || s.Points[0].PerHandoff == 0 {
+	if s == nil {
 		return 0
 	}
-	return s.Points[len(s.Points)-1].PerHandoff / s.Points[0].PerHandoff
+	return growth(s.Points)
+}
+
+// Ratios and Growths are Ratio and Growth in each repetition (Runs), in order; the
+// Points' alone when there are no Runs.
+func (s *Scaling) Ratios() []float64  { return s.each(rateRatio) }
+func (s *Scaling) Growths() []float64 { return s.each(growth) }
+
+func (s *Scaling) each(f func([]ScalePoint) float64) []float64 {
+	runs := s.Runs
+	if len(runs) == 0 {
+		runs = [][]ScalePoint{s.Points}
+	}
+	var out []float64
+	for _, r := range runs {
+		if v := f(r); v > 0 {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func rateRatio(ps []ScalePoint) float64 {
+	if len(ps) < 2 || ps[0].TransferRate == 0 {
+		return 0
+	}
+	return ps[len(ps)-1].TransferRate / ps[0].TransferRate
+}
+
+func growth(ps []ScalePoint) float64 {
+	if len(ps) < 2 || ps[0].PerHandoff == 0 {
+		return 0
+	}
+	return ps[len(ps)-1].PerHandoff / ps[0].PerHandoff
+}
+
+// repeatScaling runs one repetition of a scaling measurement (run) reps times and
+// keeps each (Runs), showing the one whose rate ratio is the median (Points). An
+// error ends it with the repetitions so far.
+func repeatScaling(reps int, run func() (*Scaling, error)) (*Scaling, error) {
+	s := &Scaling{}
+	for range max(reps, 1) {
+		r, err := run()
+		if r != nil && len(r.Points) > 0 {
+			s.Runs = append(s.Runs, r.Points)
+		}
+		if err != nil {
+			s.pickMedian()
+			return s, err
+		}
+	}
+	s.pickMedian()
+	return s, nil
+}
+
+// pickMedian sets Points to the repetition whose rate ratio is the median (the
+// lower middle one of an even number).
+func (s *Scaling) pickMedian() {
+	if len(s.Runs) == 0 {
+		return
+	}
+	order := make([]int, len(s.Runs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rateRatio(s.Runs[a]), rateRatio(s.Runs[b])) })
+	s.Points = s.Runs[order[(len(order)-1)/2]]
 }
 
 func (s *Scaling) String() string {

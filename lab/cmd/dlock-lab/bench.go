@@ -52,8 +52,9 @@ contended hand-offs/s and store requests per hand-off with 8, 32 and 100 waiters
 and the targets of issue 19 (ratios from this run) with whether each was met.
 
 The uncontended and contended measurements run --repeat times (every target once
-per repetition); each row shows its median repetition and each target the median
-of its per-repetition ratios. Before measuring, the bench waits up to --quiet-wait
+per repetition), and so do the scaling measurements (one target's in a row); each
+row shows its median repetition and each target the median of its per-repetition
+ratios. Before measuring, the bench waits up to --quiet-wait
 for the one-minute load average to drop below --max-load and refuses to run if it
 does not (exit 75), unless --force: results the project commits are quiet ones. The
 load before and after is printed with the results.
@@ -100,7 +101,7 @@ func benchFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.cfg.CrashTrials, "crash-trials", d.CrashTrials, "vanished holders per target")
 	fs.DurationVar(&c.cfg.CrashTimeout, "crash-timeout", d.CrashTimeout, "lease TTL (session timeout) of the vanished-holder measurement")
 	fs.DurationVar(&c.cfg.TTL, "ttl", d.TTL, "lease TTL (session timeout) of the other measurements")
-	fs.IntVar(&c.cfg.Repeat, "repeat", d.Repeat, "repetitions of the uncontended and contended measurements (the median is reported)")
+	fs.IntVar(&c.cfg.Repeat, "repeat", d.Repeat, "repetitions of the uncontended, contended and scaling measurements (the median is reported)")
 	fs.Var(&intList{&c.cfg.Waiters}, "waiters", "comma list of waiter `counts` of the scaling measurement (default 8,32,100)")
 	fs.Float64Var(&c.cfg.MaxLoad, "max-load", d.MaxLoad, "refuse to measure while the one-minute load average is at or above this (after waiting --quiet-wait)")
 	fs.DurationVar(&c.cfg.QuietWait, "quiet-wait", d.QuietWait, "how long to wait for the load average to drop below --max-load")

@@ -120,7 +120,7 @@ func speedOf(res *bench.Results) *report.Speed {
 	}
 	s.Load = &report.Load{Before: res.Load.Before, After: res.Load.After, Limit: res.Load.Limit, Forced: res.Load.Forced, Quiet: res.Load.Quiet()}
 	s.Notes = append(s.Notes, fmt.Sprintf("Benchmarks: %s, %d CPUs (%s), load %s → %s; each contended and many-keys measurement ran %v; "+
-		"the uncontended and contended measurements ran %d times, each row shows its median repetition; "+
+		"the uncontended, contended and scaling measurements ran %d times, each row shows its median repetition (scaling: the repetition whose hand-off rate ratio, most waiters ÷ fewest, is the median); "+
 		"hand-offs count the grants to another client than the previous holder (a client that takes the lock straight back is not counted); "+
 		"the longest wait in rounds passed is the most grants to other clients during one wait, over the clients less one (a fair queue passes a waiter one round; stalls of the machine, which lengthen every wait in time, pass no one). "+
 		"Absolute times depend on the machine and its load: compare ratios within this run only.",
