@@ -74,16 +74,26 @@ const (
 	dequeueSQL = `DELETE FROM %s WHERE waiter = ? OR (lock_key = ? AND deadline <= UTC_TIMESTAMP(6))`
 )
 
+// peekSQL is the look of a WithFIFO waiter behind the second: how many live waiters
+// are ahead of its seq, and the holder's remaining µs — a plain read, which takes no
+// row lock, where fairAcquireSQL's look locks the key's row and so queues behind
+// every other look, the holder's release and the first waiter's claim. %[1]s is the
+// lock table, %[2]s the queue table. Arguments: key, seq, key.
+const peekSQL = `SELECT ` + fairAhead + `,
+  COALESCE((SELECT GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) FROM %[1]s WHERE lock_key = ?), 0)`
+
 // aheadShift is where the busy answer of fairAcquireSQL keeps the waiters ahead.
 const aheadShift = 40
 
 // queueStatements are the statements of a queued waiter: look (the claim of the
-// first waiter), and those of its row. try is WithFIFO's TryLock (nil in the
-// default mode), unclaim the default mode's end of a claim (nil with WithFIFO).
-type queueStatements struct{ try, look, enqueue, renew, dequeue, unclaim *sql.Stmt }
+// first waiter), and those of its row. try is WithFIFO's TryLock and peek the look
+// of its waiters behind the second (both nil in the default mode, whose looks also
+// renew the key's claim), unclaim the default mode's end of a claim (nil with
+// WithFIFO).
+type queueStatements struct{ try, look, peek, enqueue, renew, dequeue, unclaim *sql.Stmt }
 
 func (s *queueStatements) list() []*sql.Stmt {
-	return []*sql.Stmt{s.try, s.look, s.enqueue, s.renew, s.dequeue, s.unclaim}
+	return []*sql.Stmt{s.try, s.look, s.peek, s.enqueue, s.renew, s.dequeue, s.unclaim}
 }
 
 // prepareQueue prepares the queue's statements on the tables t and q (quoted): the
@@ -100,6 +110,7 @@ func prepareQueue(ctx context.Context, db *sql.DB, t, q string, fifo bool) (*que
 	if fifo {
 		prep(&s.try, fmt.Sprintf(fairAcquireSQL, t, q, fmt.Sprintf(fairFree, t, q), "0", busyFlag, ""))
 		prep(&s.look, fmt.Sprintf(fairAcquireSQL, t, q, mine, ahead, busyFlag, ""))
+		prep(&s.peek, fmt.Sprintf(peekSQL, t, q))
 	} else {
 		prep(&s.look, fmt.Sprintf(fairAcquireSQL, t, q, mine, ahead, busyFlag, fmt.Sprintf(claimLook, t, q, claimTTL.Microseconds())))
 		prep(&s.unclaim, fmt.Sprintf(unclaimSQL, t, q))
@@ -201,29 +212,44 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 	if s.unclaim != nil {
 		args = append(args, me.owner[:], me.key, me.owner[:])
 	}
+	ahead := 0 // waiters ahead at the last look or peek
 	for {
-		args[6] = seq
-		me.validFrom = time.Now()
-		res, err := exec(sctx, s.look, args...)
-		remaining, ahead, busy := fairBusy(res, err)
-		if isDeadlock(err) {
-			// InnoDB rolled the look back for a concurrent statement on the queue:
-			// nothing was taken; ask again shortly.
-			busy, ahead, remaining = true, 0, 0
+		var remaining time.Duration
+		busy := false
+		if ahead > 1 && s.peek != nil {
+			// Further back than second at the last look: read how far back it is
+			// without locking the key's row; look (and claim) once at most one is
+			// ahead (the second looks, so that becoming first costs no extra read).
+			var err error
+			if ahead, remaining, err = peek(sctx, s.peek, me.key, seq); err != nil {
+				ahead = 0 // the look below answers for it
+			}
+			busy = ahead > 0
 		}
 		if !busy {
-			// Leave the queue whenever the look answered, also if ctx ended
-			// meanwhile (settled then gives a granted lock back): a row left
-			// behind would stand first in the queue until its deadline.
-			if err == nil {
-				d.dequeue(me)
+			args[6] = seq
+			me.validFrom = time.Now()
+			res, err := exec(sctx, s.look, args...)
+			remaining, ahead, busy = fairBusy(res, err)
+			if isDeadlock(err) {
+				// InnoDB rolled the look back for a concurrent statement on the queue:
+				// nothing was taken; ask again shortly.
+				busy, ahead, remaining = true, 0, 0
 			}
-			lk, err := me.settled(ctx, sctx, res, err)
-			if err != nil {
-				d.leave(me)
-				return nil, driver.WaitErr(ctx, err)
+			if !busy {
+				// Leave the queue whenever the look answered, also if ctx ended
+				// meanwhile (settled then gives a granted lock back): a row left
+				// behind would stand first in the queue until its deadline.
+				if err == nil {
+					d.dequeue(me)
+				}
+				lk, err := me.settled(ctx, sctx, res, err)
+				if err != nil {
+					d.leave(me)
+					return nil, driver.WaitErr(ctx, err)
+				}
+				return lk, nil
 			}
-			return lk, nil
 		}
 		if ctx.Err() != nil {
 			d.leave(me)
@@ -266,6 +292,14 @@ func (d *tableDriver) queueWait(ctx context.Context, me *tableLock, ttl time.Dur
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// peek runs st (peekSQL) for the waiter at seq in key's queue: the live waiters
+// ahead of it and the holder's remaining time.
+func peek(ctx context.Context, st *sql.Stmt, key []byte, seq int64) (ahead int, remaining time.Duration, err error) {
+	var us int64
+	err = st.QueryRowContext(ctx, key, seq, key).Scan(&ahead, &us)
+	return ahead, time.Duration(us) * time.Microsecond, err
 }
 
 // pacer paces a queued waiter's looks at the queue by how fast it moves: a waiter

@@ -1,6 +1,7 @@
 package mysqllock_test
 
 import (
+	"context"
 	"database/sql"
 	"math"
 	"testing"
@@ -93,4 +94,82 @@ func questions(t testing.TB, db *sql.DB) int64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestWaitersBehindTheSecondDoNotLockTheRow: a WithFIFO waiter behind the second
+// reads the queue (peekSQL) instead of running the first waiter's look, which locks
+// the key's row and so would queue behind every other look, the release and the
+// first waiter's claim (the second looks too, so that becoming first costs it no
+// extra read). With the key's row locked by another transaction, the looks of the
+// first two waiters wait for the row lock and the third waiter's reads go on: at
+// most two transactions ever wait for a lock. Shown failing (three wait) with
+// waiters that look whatever their place.
+func TestWaitersBehindTheSecondDoNotLockTheRow(t *testing.T) {
+	h := newTableHarness(t, true)
+	holder := h.NewLocker(t)
+	k := "peek-row"
+	lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	done := make(chan error, n)
+	for i := range n {
+		l := h.NewLocker(t)
+		go func() {
+			ls, err := l.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
+			if err == nil {
+				err = ls.Release(context.Background())
+			}
+			done <- err
+		}()
+		for deadline := time.Now().Add(10 * time.Second); queued(t, h.admin, k) < i+1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d not queued after 10s", i+1)
+			}
+			time.Sleep(time.Millisecond) // polling the server's state: there is no signal for it
+		}
+	}
+	tx, err := h.admin.BeginTx(ctxFor(t, 10*time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctxFor(t, 10*time.Second), "SELECT owner FROM "+mysqllock.DefaultTable+" WHERE lock_key = ? FOR UPDATE", k); err != nil {
+		t.Fatal(err)
+	}
+	lockWaits := func() int {
+		var n int
+		var name string
+		if err := h.admin.QueryRowContext(ctxFor(t, 10*time.Second), "SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_current_waits'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The first two waiters look at least every 256ms (maxQueuePause): their looks
+	// come to wait.
+	for deadline := time.Now().Add(10 * time.Second); lockWaits() < n-1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d looks wait for the locked row after 10s, want %d", lockWaits(), n-1)
+		}
+		time.Sleep(time.Millisecond) // polling the server's state: there is no signal for it
+	}
+	// The third waiter reads at least every 256ms: were it to look, it would wait
+	// for the row too within this window.
+	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if w := lockWaits(); w > n-1 {
+			t.Fatalf("%d transactions wait for the key's row lock, want %d (the first two waiters' looks): a waiter behind them locks the row", w, n-1)
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
