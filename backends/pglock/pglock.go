@@ -13,8 +13,9 @@
 //     sets the expiry to -infinity and keeps the row (its token keeps counting), and
 //     in the same statement sends a notification (pg_notify) on the table's
 //     channel.
-//  3. Waiters listen (LISTEN, one connection per Locker) and try again when a
-//     release of their key is announced, or when the holder's time is up.
+//  3. Waiters listen (LISTEN, one connection per Locker, kept while it has
+//     waiters and a few seconds after) and try again when a release of their key
+//     is announced, or when the holder's time is up.
 //  4. With WithFIFO, waiters queue in a second table and the lock goes to the first
 //     live waiter only; a release wakes that waiter alone.
 //
@@ -196,7 +197,8 @@ func checkIdent(what, name string, most int) error {
 // each and check the owner. Tokens count up per key in the key's row, so they
 // survive server restarts; rows are never deleted (deleting one by hand restarts its
 // key's tokens at 1). Waiters wake on the release's notification (LISTEN on a
-// connection of their own, made from pool's configuration), else when the holder's
+// connection of the Locker's own, made from pool's configuration, kept while the
+// Locker has waiters and 5 seconds after the last), else when the holder's
 // time is up, else by the retry strategy; behind a transaction-pooling PgBouncer,
 // which cannot carry LISTEN, they poll (the Locker finds the pooler at its first
 // lock).
