@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -671,5 +672,94 @@ func TestAcquireAllGiveBackWaitsForRefresh(t *testing.T) {
 		t.Fatalf("the lost set's first key is still held: %v", err)
 	} else {
 		_ = ls.Release(ctx)
+	}
+}
+
+// A release reaches every master, also one whose vote was still in flight when the
+// lease was granted and released: the release waits for the vote (not given up once
+// a majority has released), so the vote cannot land after it and leave the key
+// there until its TTL. One request in flight per master; master 4 is paused while
+// the lease is taken and given back, so its vote holds the master's only slot and
+// its release queues behind it; once it resumes, and Close has waited for what is in
+// flight, no master holds the key.
+func TestReleaseReachesMasterWhoseVoteWasInFlight(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	l := redlock.New(clients(t, rs), redlock.WithMaxInFlight(1), redlock.WithNodeTimeout(time.Minute))
+	t.Cleanup(func() { l.Close() })
+	warm(t, l)
+	k := key(t)
+	pause(t, rs[4])
+	ls, err := l.TryAcquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("1 of 5 masters hung: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("release with 1 of 5 masters hung: %v", err)
+	}
+	cancel() // as a caller's deferred cancel would: the release to master 4 must not be cut
+	resume(t, rs[4])
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, values := holders(t, rs, k); n != 0 {
+		t.Errorf("after the release and Close %d masters hold %q: %v (the vote in flight landed after its release was given up)", n, k, values)
+	}
+}
+
+// A vote is SET NX PX GET on Redis 7 and vote.lua on older masters, which reply
+// "ERR syntax error" to it (the reply read here from a real server, for SET with
+// both NX and XX): either way a free lock is granted, a held one refused with
+// ErrNotAcquired while the holder is told apart on every master, and a key of
+// another type is an error, not a grant.
+func TestVoteWithAndWithoutSetGet(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admin := clients(t, rs[:1])[0]
+	err := admin.Do(ctxFor(t, 10*time.Second), "set", key(t)+"/x", "v", "nx", "xx").Err()
+	if !redlock.IsSyntaxError(err) {
+		t.Fatalf("SET NX XX: %v, want a syntax error", err)
+	}
+	if err := admin.RPush(ctxFor(t, 10*time.Second), key(t)+"/l", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = admin.Do(ctxFor(t, 10*time.Second), "set", key(t)+"/l", "v", "nx", "px", 1000, "get").Err()
+	if err == nil || redlock.IsSyntaxError(err) || redlock.IsSyntaxError(nil) {
+		t.Fatalf("SET NX PX GET on a list: %v, want an error other than a syntax error", err)
+	}
+	for _, script := range []bool{false, true} {
+		t.Run(fmt.Sprintf("script=%v", script), func(t *testing.T) {
+			var opts []redlock.Option
+			if script {
+				opts = append(opts, redlock.WithScriptVotes())
+			}
+			a, b := newLocker(t, rs, opts...), newLocker(t, rs, opts...)
+			k := key(t)
+			ls, err := a.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, values := holders(t, rs, k); n != masters {
+				t.Fatalf("granted: %d masters hold %q (%v), want all %d", n, k, values, masters)
+			}
+			if _, err := b.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("held: want ErrNotAcquired, got %v", err)
+			}
+			if n, _ := holders(t, rs, k); n != masters {
+				t.Fatalf("after a refusal %d masters hold %q, want all %d (the holder's)", n, k, masters)
+			}
+			if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			wrong := k + "/list"
+			for _, r := range rs {
+				c := clients(t, []*servers.Redis{r})[0]
+				if err := c.RPush(ctxFor(t, 10*time.Second), wrong, "x").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := a.TryAcquire(ctxFor(t, 10*time.Second), wrong); err == nil || errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("a key of another type: want an error, got %v", err)
+			}
+		})
 	}
 }

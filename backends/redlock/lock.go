@@ -39,6 +39,7 @@ func newDriver(clients []redis.UniversalClient, c config) *redlockDriver {
 			name += " (" + addr + ")"
 		}
 		d.nodes = append(d.nodes, node{c: cl, name: name, releases: redisops.NewReleases(cl), slots: make(chan struct{}, c.maxInFlight)})
+		d.nodes[i].noSetGet.Store(c.scriptVotes)
 	}
 	return d
 }
@@ -54,6 +55,9 @@ type node struct {
 	// contacted: a request of this Locker to the master has ended (answered or
 	// not); until then its requests get FirstContactTimeout.
 	contacted atomic.Bool
+	// noSetGet: the master rejected SET with NX and GET (before Redis 7.0); its
+	// votes run vote.lua.
+	noSetGet atomic.Bool
 }
 
 // FirstContactTimeout is the per-node timeout of a Locker's requests to a master
@@ -301,12 +305,15 @@ func (l *lock) outcome(r *round, what string) error {
 
 // Unlock deletes our key on every master (owner-checked) and succeeds once a majority
 // deleted it; the other masters' deletes go on in the background (Close waits for
-// them). It returns dlock.ErrNotHeld when more than N − quorum masters no longer held
+// them), also when ctx ends, each within the per-node timeout once sent. Every
+// master gets its delete, however long it waits behind this Locker's other requests
+// to that master (WithMaxInFlight): our vote may still be on its way there, and a
+// delete given up would let it leave our key until its TTL. It returns dlock.ErrNotHeld when more than N − quorum masters no longer held
 // it, and an error wrapping dlock.ErrUnavailable when too few clear answers came
 // (Unlock may then be retried; masters already done are not asked again).
 func (l *lock) Unlock(ctx context.Context) error {
 	call := releaseCall(l.key, l.value, l.waiter)
-	r := l.d.poll(ctx, l.d.nodeTimeout(l.ttl), func(ctx context.Context, i int) vote {
+	r := l.d.pollAll(ctx, l.d.nodeTimeout(l.ttl), func(ctx context.Context, i int) vote {
 		if l.released[i].Load() {
 			return vote{answer: yes}
 		}
@@ -316,6 +323,6 @@ func (l *lock) Unlock(ctx context.Context) error {
 			l.released[i].Store(true)
 		}
 		return v
-	}, nil)
+	})
 	return l.outcome(r, "release")
 }

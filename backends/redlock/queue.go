@@ -163,8 +163,8 @@ func (d *redlockDriver) leave(key string, q *queued, ttl time.Duration) {
 	}
 	timeout := d.nodeTimeout(ttl)
 	call := releaseCall(key, "", q.name)
-	r := d.poll(context.Background(), timeout, func(ctx context.Context, i int) vote {
+	r := d.pollAll(context.Background(), timeout, func(ctx context.Context, i int) vote {
 		return voteOf(release(ctx, d.nodes[i].c, call))
-	}, nil)
+	})
 	waitAtMost(r.settled, max(timeout, FirstContactTimeout))
 }

@@ -89,14 +89,34 @@ func (r *round) report(i int, v vote) {
 // master's goroutine once that master's request has ended and the decision is known;
 // it gets the request's real outcome.
 func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool)) *round {
+	return d.pollMode(ctx, timeout, op, then, false)
+}
+
+// pollAll is poll for a request that must reach every master even after the
+// outcome is known: a release, whose master may be about to get (or still be
+// running) a vote of ours that would otherwise leave our key there until its TTL.
+// Its requests wait for a slot however long that takes (the requests holding the
+// slots end within their per-node timeouts) and run under ctx without its
+// cancellation, each bounded by the per-node timeout, so a caller whose ctx ends
+// once poll has returned does not cut them; Close waits for them. ctx still ends
+// the wait for the outcome.
+func (d *redlockDriver) pollAll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote) *round {
+	return d.pollMode(ctx, timeout, op, nil, true)
+}
+
+func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool), all bool) *round {
 	n := len(d.nodes)
+	rctx := ctx // the requests' context
+	if all {
+		rctx = context.WithoutCancel(ctx)
+	}
 	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n), final: make([]vote, n),
 		votes: make([]vote, 0, n), in: make(chan vote, n), reported: make([]atomic.Bool, n),
 		start: time.Now(), timeout: timeout, shared: make([]atomic.Bool, n)}
 	for i := range r.ended {
 		r.ended[i] = make(chan struct{})
 	}
-	r.sharedCtx, r.endShared = context.WithTimeout(ctx, timeout)
+	r.sharedCtx, r.endShared = context.WithTimeout(rctx, timeout)
 	r.sharedEnd = time.AfterFunc(timeout, r.timedOut)
 	decided := make(chan struct{})
 	var left atomic.Int32
@@ -105,7 +125,7 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 	for i := range d.nodes {
 		go func() {
 			defer d.inflight.Done()
-			v := d.send(ctx, r, decided, i, timeout, op)
+			v := d.send(rctx, r, decided, all, i, timeout, op)
 			v.node = i
 			r.final[i] = v
 			close(r.ended[i])
@@ -143,12 +163,12 @@ func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func
 
 // send runs op for master i once it has a slot, and returns its outcome. It gives
 // up without sending when ctx has ended, or when it has to wait for a slot and ctx
-// ends or the round is decided first. When the per-node timeout ends, op's ctx ends
+// ends or, unless all is set (pollAll), the round is decided first. When the per-node timeout ends, op's ctx ends
 // and the count gets a timeout vote, even if op does not return (go-redis only
 // obeys ctx deadlines on the socket with Options.ContextTimeoutEnabled; otherwise it
 // waits up to its ReadTimeout). The timeout runs from the moment the request is
 // sent, except for a request that goes out at once (sharedDeadline).
-func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struct{}, i int, timeout time.Duration, op func(ctx context.Context, i int) vote) vote {
+func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struct{}, all bool, i int, timeout time.Duration, op func(ctx context.Context, i int) vote) vote {
 	slots := d.nodes[i].slots
 	if err := ctx.Err(); err != nil {
 		return vote{answer: failed, err: err}
@@ -156,12 +176,15 @@ func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struc
 	// A free slot sends the request even when the round was decided meanwhile (a
 	// goroutine scheduled late on a loaded machine): a lost round's tie-break needs
 	// the gate's answer (tiebreak.go). Only a request that would wait for a slot is
-	// given up once the outcome is known.
+	// given up once the outcome is known, and never a release's (pollAll).
 	waited := false
 	select {
 	case slots <- struct{}{}:
 	default:
 		waited = true
+		if all {
+			decided = nil // a nil channel: never ready
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -204,7 +227,7 @@ func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struc
 const sharedDeadline = 4
 
 // errNotSent is the vote of a master whose request was still waiting for a slot when
-// the round was decided.
+// the round was decided (poll, not pollAll).
 var errNotSent = errors.New("not sent: the outcome was known first")
 
 // count returns how many votes gave answer a.

@@ -19,9 +19,13 @@ package redlock
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/backends/internal/redisops"
 )
@@ -34,11 +38,15 @@ var (
 
 // voteCall lays out the acquire vote for value (acquireVote), once for every master
 // of a round: vote.lua, or with q wait.lua, which also keeps q's place in key's
-// queue of waiters.
+// queue of waiters. Without q it also lays out the same vote as one command, SET
+// NX PX GET (call.set), which a master runs in a fraction of the script's time.
 func voteCall(key, value string, ttl time.Duration, q *queued) scriptCall {
 	ms := any(redisops.Millis(ttl))
 	if q == nil {
-		return newCall(voteScript, []string{redisops.LockKey(key)}, value, ms)
+		lk := redisops.LockKey(key)
+		c := newCall(voteScript, []string{lk}, value, ms)
+		c.set = []any{"set", lk, value, "nx", "px", ms, "get"}
+		return c
 	}
 	return newCall(waitScript, q.keys, value, ms, q.name, q.arrival, ms)
 }
@@ -46,7 +54,15 @@ func voteCall(key, value string, ttl time.Duration, q *queued) scriptCall {
 // acquireVote sends call (voteCall) to master i: yes, or no with the holder's value
 // and remaining TTL, or failed.
 func (d *redlockDriver) acquireVote(ctx context.Context, i int, call scriptCall) vote {
-	res, err := call.run(ctx, d.nodes[i].c)
+	nd := &d.nodes[i]
+	if call.set != nil && !nd.noSetGet.Load() {
+		v, unsupported := setVote(ctx, nd.c, call)
+		if !unsupported {
+			return v
+		}
+		nd.noSetGet.Store(true) // a master before Redis 7: the script from now on
+	}
+	res, err := call.run(ctx, nd.c)
 	if err != nil {
 		return vote{answer: failed, err: err}
 	}
@@ -56,6 +72,39 @@ func (d *redlockDriver) acquireVote(ctx context.Context, i int, call scriptCall)
 		return vote{answer: no, holder: holder, remaining: max(time.Duration(pttl)*time.Millisecond, 0)}
 	}
 	return vote{answer: yes}
+}
+
+// setVote is vote.lua as commands: SET NX PX GET takes the lock if it is free and
+// returns the value it had, all in one atomic command (Redis 7.0 and later). Our
+// own value back is yes too (a request retried after a lost reply); another value
+// is no, and a PTTL then reads the holder's remaining time (a second round trip,
+// only when refused; a key gone meanwhile reads as unknown, 0). unsupported reports
+// a master that rejects NX with GET (before Redis 7.0): nothing was done there.
+func setVote(ctx context.Context, c redis.UniversalClient, call scriptCall) (v vote, unsupported bool) {
+	holder, err := c.Do(ctx, call.set...).Text()
+	switch {
+	case err == redis.Nil:
+		return vote{answer: yes}, false
+	case err != nil:
+		if isSyntaxError(err) {
+			return vote{}, true
+		}
+		return vote{answer: failed, err: err}, false
+	case holder == call.set[2]:
+		return vote{answer: yes}, false
+	}
+	pttl, err := c.PTTL(ctx, call.set[1].(string)).Result()
+	if err != nil {
+		return vote{answer: failed, err: err}, false
+	}
+	return vote{answer: no, holder: holder, remaining: max(pttl, 0)}, false
+}
+
+// isSyntaxError reports Redis's reply to a command whose arguments it does not
+// accept, such as SET with both NX and GET before Redis 7.0.
+func isSyntaxError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "ERR syntax error")
 }
 
 // gate returns the index of key's gate master.
@@ -172,8 +221,8 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 // waits for the answers (at most longest).
 func (d *redlockDriver) releaseAll(ctx context.Context, key, value string, timeout, longest time.Duration) {
 	call := releaseCall(key, value, "")
-	r := d.poll(context.WithoutCancel(ctx), timeout, func(ctx context.Context, i int) vote {
+	r := d.pollAll(ctx, timeout, func(ctx context.Context, i int) vote {
 		return d.releaseNode(ctx, i, call)
-	}, nil)
+	})
 	waitAtMost(r.settled, longest)
 }
