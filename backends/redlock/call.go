@@ -26,7 +26,7 @@ func newScript(src string) luaScript { return luaScript{src: src, hash: redis.Ne
 type scriptCall struct {
 	src  string
 	args []any
-	set  []any // the same vote as a SET NX PX GET (voteCall without a queue), or nil
+	set  []any // a free lock's vote as SET NX PX (voteCall without a queue), or nil
 }
 
 // newCall lays out s run with keys and args.

@@ -12,10 +12,3 @@ func DeadlineKey(key string) string { return deadlineKey(key) }
 // VoteHash and WaitHash are the SHA1 digests of vote.lua and wait.lua, as EVALSHA
 // names them.
 var VoteHash, WaitHash = voteScript.hash, waitScript.hash
-
-// IsSyntaxError is isSyntaxError: a master's "ERR syntax error" reply.
-var IsSyntaxError = isSyntaxError
-
-// WithScriptVotes makes every vote of a TryAcquire round run vote.lua, as on a
-// master before Redis 7.0 (which rejects SET with NX and GET).
-func WithScriptVotes() Option { return func(c *config) { c.scriptVotes = true } }

@@ -39,7 +39,6 @@ func newDriver(clients []redis.UniversalClient, c config) *redlockDriver {
 			name += " (" + addr + ")"
 		}
 		d.nodes = append(d.nodes, node{c: cl, name: name, releases: redisops.NewReleases(cl), slots: make(chan struct{}, c.maxInFlight)})
-		d.nodes[i].noSetGet.Store(c.scriptVotes)
 	}
 	return d
 }
@@ -55,9 +54,6 @@ type node struct {
 	// contacted: a request of this Locker to the master has ended (answered or
 	// not); until then its requests get FirstContactTimeout.
 	contacted atomic.Bool
-	// noSetGet: the master rejected SET with NX and GET (before Redis 7.0); its
-	// votes run vote.lua.
-	noSetGet atomic.Bool
 }
 
 // FirstContactTimeout is the per-node timeout of a Locker's requests to a master

@@ -4,8 +4,8 @@
 // The algorithm, step by step (docs/backends/redlock.md names the test of each):
 //
 //  1. Acquire: send the same key and the same random 128-bit value to every master in
-//     parallel (SET NX PX GET: set-if-absent with an expiry, which also returns the
-//     holder's value; vote.lua on masters before Redis 7.0), each request
+//     parallel (SET NX PX: set-if-absent with an expiry; refused, vote.lua reads
+//     the holder's value and remaining time), each request
 //     bounded by a short per-node timeout (NodeTimeout, or WithNodeTimeout).
 //  2. Decide as soon as the outcome is known: held once a majority (N/2+1) granted it;
 //     failed once so many masters refused or did not answer that a majority can no
@@ -61,7 +61,6 @@ type config struct {
 	maxInFlight int
 	drift       func(time.Duration) time.Duration
 	ownsClients bool // Close closes the clients (URL openers)
-	scriptVotes bool // tests: vote.lua on every master, as before Redis 7.0
 }
 
 // WithNodeTimeout sets a fixed per-node timeout: how long one request to one master

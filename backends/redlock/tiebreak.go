@@ -19,10 +19,8 @@ package redlock
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"hash/fnv"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,14 +36,14 @@ var (
 
 // voteCall lays out the acquire vote for value (acquireVote), once for every master
 // of a round: vote.lua, or with q wait.lua, which also keeps q's place in key's
-// queue of waiters. Without q it also lays out the same vote as one command, SET
-// NX PX GET (call.set), which a master runs in a fraction of the script's time.
+// queue of waiters. Without q it also lays out SET NX PX (call.set), which a
+// master runs in a fraction of the script's time: a free lock's vote (setVote).
 func voteCall(key, value string, ttl time.Duration, q *queued) scriptCall {
 	ms := any(redisops.Millis(ttl))
 	if q == nil {
-		lk := redisops.LockKey(key)
-		c := newCall(voteScript, []string{lk}, value, ms)
-		c.set = []any{"set", lk, value, "nx", "px", ms, "get"}
+		c := newCall(voteScript, []string{redisops.LockKey(key)}, value, ms)
+		a := c.args[3:] // key, value, ms, boxed once for both
+		c.set = []any{"set", a[0], a[1], "nx", "px", a[2]}
 		return c
 	}
 	return newCall(waitScript, q.keys, value, ms, q.name, q.arrival, ms)
@@ -54,15 +52,13 @@ func voteCall(key, value string, ttl time.Duration, q *queued) scriptCall {
 // acquireVote sends call (voteCall) to master i: yes, or no with the holder's value
 // and remaining TTL, or failed.
 func (d *redlockDriver) acquireVote(ctx context.Context, i int, call scriptCall) vote {
-	nd := &d.nodes[i]
-	if call.set != nil && !nd.noSetGet.Load() {
-		v, unsupported := setVote(ctx, nd.c, call)
-		if !unsupported {
+	c := d.nodes[i].c
+	if call.set != nil {
+		if v, done := setVote(ctx, c, call); done {
 			return v
 		}
-		nd.noSetGet.Store(true) // a master before Redis 7: the script from now on
 	}
-	res, err := call.run(ctx, nd.c)
+	res, err := call.run(ctx, c)
 	if err != nil {
 		return vote{answer: failed, err: err}
 	}
@@ -74,37 +70,20 @@ func (d *redlockDriver) acquireVote(ctx context.Context, i int, call scriptCall)
 	return vote{answer: yes}
 }
 
-// setVote is vote.lua as commands: SET NX PX GET takes the lock if it is free and
-// returns the value it had, all in one atomic command (Redis 7.0 and later). Our
-// own value back is yes too (a request retried after a lost reply); another value
-// is no, and a PTTL then reads the holder's remaining time (a second round trip,
-// only when refused; a key gone meanwhile reads as unknown, 0). unsupported reports
-// a master that rejects NX with GET (before Redis 7.0): nothing was done there.
-func setVote(ctx context.Context, c redis.UniversalClient, call scriptCall) (v vote, unsupported bool) {
-	holder, err := c.Do(ctx, call.set...).Text()
+// setVote is the vote of a TryAcquire round as one command: SET NX PX takes the lock
+// if it is free (a fraction of vote.lua's time on the master). Refused, it returns
+// done false: the caller then runs vote.lua, which tells our own value (a request
+// retried after a lost reply: yes) from another holder's (no, with its value and
+// remaining time), or takes the lock if it was freed meanwhile.
+func setVote(ctx context.Context, c redis.UniversalClient, call scriptCall) (v vote, done bool) {
+	err := c.Do(ctx, call.set...).Err()
 	switch {
+	case err == nil:
+		return vote{answer: yes}, true
 	case err == redis.Nil:
-		return vote{answer: yes}, false
-	case err != nil:
-		if isSyntaxError(err) {
-			return vote{}, true
-		}
-		return vote{answer: failed, err: err}, false
-	case holder == call.set[2]:
-		return vote{answer: yes}, false
+		return vote{}, false
 	}
-	pttl, err := c.PTTL(ctx, call.set[1].(string)).Result()
-	if err != nil {
-		return vote{answer: failed, err: err}, false
-	}
-	return vote{answer: no, holder: holder, remaining: max(pttl, 0)}, false
-}
-
-// isSyntaxError reports Redis's reply to a command whose arguments it does not
-// accept, such as SET with both NX and GET before Redis 7.0.
-func isSyntaxError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "ERR syntax error")
+	return vote{answer: failed, err: err}, true
 }
 
 // gate returns the index of key's gate master.
