@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -680,14 +681,17 @@ func TestAcquireAllGiveBackWaitsForRefresh(t *testing.T) {
 // a majority has released), so the vote cannot land after it and leave the key
 // there until its TTL. One request in flight per master; master 4 is paused while
 // the lease is taken and given back, so its vote holds the master's only slot and
-// its release queues behind it; once it resumes, and Close has waited for what is in
-// flight, no master holds the key.
+// its release queues behind it (the vote must have reached master 4: its SET is
+// counted); once it resumes, and Close has waited for what is in flight, no master
+// holds the key.
 func TestReleaseReachesMasterWhoseVoteWasInFlight(t *testing.T) {
 	rs := privateMasters(t, masters, false)
-	l := redlock.New(clients(t, rs), redlock.WithMaxInFlight(1), redlock.WithNodeTimeout(time.Minute))
+	l, idle := redlock.NewWithIdle(clients(t, rs), redlock.WithMaxInFlight(1), redlock.WithNodeTimeout(time.Minute))
 	t.Cleanup(func() { l.Close() })
 	warm(t, l)
+	idle() // nothing of warm's holds master 4's slot
 	k := key(t)
+	resetStats(t, rs[4])
 	pause(t, rs[4])
 	ls, err := l.TryAcquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
 	if err != nil {
@@ -702,9 +706,91 @@ func TestReleaseReachesMasterWhoseVoteWasInFlight(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if n := commandCalls(t, rs[4], "set"); n < 1 { // (the release's tombstone is a SET too)
+		t.Fatalf("master 4 ran no SET: the vote never reached it, and the test exercised nothing")
+	}
 	if n, values := holders(t, rs, k); n != 0 {
 		t.Errorf("after the release and Close %d masters hold %q: %v (the vote in flight landed after its release was given up)", n, k, values)
 	}
+}
+
+// A release does not wait for a slot longer than the key can live: with master 4
+// hung, its release waits behind the vote in flight there only until the lease's
+// TTL has passed, and is then given up (the vote's key has expired by then), so
+// releases do not pile up behind a hung master. And a Release whose ctx has ended
+// before it began sends nothing: it did not say it succeeded, so it must not free
+// the lock behind the caller's back.
+func TestReleaseWaitIsBounded(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	l, idle := redlock.NewWithIdle(clients(t, rs), redlock.WithMaxInFlight(1), redlock.WithNodeTimeout(time.Minute))
+	t.Cleanup(func() { l.Close() })
+	warm(t, l)
+	idle()
+	k := key(t)
+
+	ls, err := l.TryAcquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // (the requests race the round's own look at ctx)
+		if err := ls.Release(done); err == nil {
+			t.Fatal("Release with an ended ctx succeeded")
+		}
+		idle()
+		if n, values := holders(t, rs, k); n != masters {
+			t.Fatalf("after a Release whose ctx had ended %d masters hold %q (%v), want all %d", n, k, values, masters)
+		}
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	idle()
+
+	const ttl = 300 * time.Millisecond
+	resetStats(t, rs[4])
+	pause(t, rs[4])
+	ls, err = l.TryAcquire(ctxFor(t, time.Minute), k, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("1 of 5 masters hung: %v", err)
+	}
+	if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * ttl) // the fault's length: the master stays hung past the release's wait
+	resume(t, rs[4])
+	idle()
+	if n := commandCalls(t, rs[4], "set"); n < 1 {
+		t.Fatalf("master 4 ran no SET: the vote never reached it, and the test exercised nothing")
+	}
+	if n := commandCalls(t, rs[4], "evalsha"); n != 0 {
+		t.Errorf("master 4 got %d scripts, want none: a release waited for its slot past the lease's TTL", n)
+	}
+}
+
+// resetStats zeroes r's command statistics (commandCalls).
+func resetStats(t testing.TB, r *servers.Redis) {
+	t.Helper()
+	if err := clients(t, []*servers.Redis{r})[0].ConfigResetStat(ctxFor(t, 10*time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commandCalls is how many times r ran cmd since its statistics were reset.
+func commandCalls(t testing.TB, r *servers.Redis, cmd string) int {
+	t.Helper()
+	info, err := clients(t, []*servers.Redis{r})[0].Info(ctxFor(t, 10*time.Second), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
 }
 
 // A free lock's vote is SET NX PX; refused, vote.lua tells who holds it. A free lock
@@ -736,7 +822,13 @@ func TestVote(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := a.TryAcquire(ctxFor(t, 10*time.Second), wrong); err == nil || errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("a key of another type: want an error, got %v", err)
+	_, err = a.TryAcquire(ctxFor(t, 10*time.Second), wrong)
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a key of another type: want ErrUnavailable with WRONGTYPE, got %v", err)
+	}
+	for _, c := range clients(t, rs) {
+		if n, err := c.LLen(ctxFor(t, 10*time.Second), wrong).Result(); err != nil || n != 1 {
+			t.Fatalf("%v: the list holds %d elements (%v), want 1, untouched", c, n, err)
+		}
 	}
 }

@@ -23,7 +23,7 @@ func newDriver(clients []redis.UniversalClient, c config) *redlockDriver {
 	if c.maxInFlight <= 0 {
 		c.maxInFlight = DefaultMaxInFlight
 	}
-	d := &redlockDriver{cfg: c, quorum: len(clients)/2 + 1}
+	d := &redlockDriver{cfg: c, quorum: len(clients)/2 + 1, closing: make(chan struct{})}
 	seen := map[string]bool{}
 	for i, cl := range clients {
 		if cl == nil {
@@ -81,6 +81,9 @@ type redlockDriver struct {
 	// inflight counts node requests still running, some after the call that sent
 	// them returned (a decision does not wait for slow masters); Close waits for them.
 	inflight sync.WaitGroup
+	// closing is closed when Close begins: releases still waiting for a slot go at once.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 func (d *redlockDriver) nodeTimeout(ttl time.Duration) time.Duration {
@@ -205,9 +208,11 @@ func (d *redlockDriver) withdrawNode(ctx context.Context, i int, key, value stri
 	_, _ = redisops.Withdraw(ctx, d.nodes[i].c, key, value)
 }
 
-// Close waits for the requests still in flight, then ends the release subscriptions
-// and, for a URL opener's Locker, the clients.
+// Close waits for the requests still in flight (a release still waiting for a slot
+// is sent at once, past WithMaxInFlight), then ends the release subscriptions and, for a URL opener's Locker,
+// the clients.
 func (d *redlockDriver) Close() error {
+	d.closeOnce.Do(func() { close(d.closing) })
 	d.inflight.Wait()
 	var errs []error
 	for i := range d.nodes {
@@ -301,18 +306,17 @@ func (l *lock) outcome(r *round, what string) error {
 
 // Unlock deletes our key on every master (owner-checked) and succeeds once a majority
 // deleted it; the other masters' deletes go on in the background (Close waits for
-// them), also when ctx ends, each within the per-node timeout once sent. Every
-// master gets its delete, however long it waits behind this Locker's other requests
-// to that master (WithMaxInFlight): our vote may still be on its way there, and a
-// delete given up would let it leave our key until its TTL. It returns dlock.ErrNotHeld when more than N − quorum masters no longer held
+// them), also when ctx ends after that, each within the per-node timeout once sent.
+// A master's delete waits for a slot there behind this Locker's other requests
+// (WithMaxInFlight) as long as our key may live there (the last TTL set; once Close
+// has begun it goes at once): our vote may still be on its way to that master, and a delete given up
+// would let it leave our key until its TTL. It returns dlock.ErrNotHeld when more than N − quorum masters no longer held
 // it, and an error wrapping dlock.ErrUnavailable when too few clear answers came
 // (Unlock may then be retried; masters already done are not asked again).
 func (l *lock) Unlock(ctx context.Context) error {
 	call := releaseCall(l.key, l.value, l.waiter)
-	r := l.d.pollAll(ctx, l.d.nodeTimeout(l.ttl), func(ctx context.Context, i int) vote {
-		if l.released[i].Load() {
-			return vote{answer: yes}
-		}
+	rel := releaseWait{until: time.Now().Add(l.ttl), done: func(i int) bool { return l.released[i].Load() }}
+	r := l.d.pollAll(ctx, l.d.nodeTimeout(l.ttl), rel, func(ctx context.Context, i int) vote {
 		l.awaitAcquire(i)
 		v := l.d.releaseNode(ctx, i, call)
 		if v.answer == yes {

@@ -163,7 +163,7 @@ func (d *redlockDriver) leave(key string, q *queued, ttl time.Duration) {
 	}
 	timeout := d.nodeTimeout(ttl)
 	call := releaseCall(key, "", q.name)
-	r := d.pollAll(context.Background(), timeout, func(ctx context.Context, i int) vote {
+	r := d.pollAll(context.Background(), timeout, releaseWait{until: time.Now().Add(ttl)}, func(ctx context.Context, i int) vote {
 		return voteOf(release(ctx, d.nodes[i].c, call))
 	})
 	waitAtMost(r.settled, max(timeout, FirstContactTimeout))

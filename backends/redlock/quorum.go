@@ -89,27 +89,33 @@ func (r *round) report(i int, v vote) {
 // master's goroutine once that master's request has ended and the decision is known;
 // it gets the request's real outcome.
 func (d *redlockDriver) poll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool)) *round {
-	return d.pollMode(ctx, timeout, op, then, false)
+	return d.pollMode(ctx, timeout, op, then, nil)
 }
 
-// pollAll is poll for a request that must reach every master even after the
-// outcome is known: a release, whose master may be about to get (or still be
-// running) a vote of ours that would otherwise leave our key there until its TTL.
-// Its requests wait for a slot however long that takes (the requests holding the
-// slots end within their per-node timeouts) and run under ctx without its
-// cancellation, each bounded by the per-node timeout, so a caller whose ctx ends
-// once poll has returned does not cut them; Close waits for them. ctx still ends
-// the wait for the outcome.
-func (d *redlockDriver) pollAll(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote) *round {
-	return d.pollMode(ctx, timeout, op, nil, true)
+// releaseWait is what pollAll adds to poll: how long a release waits for a slot, and
+// which masters need none.
+type releaseWait struct {
+	until time.Time        // the key of ours on a master is gone by then (its TTL)
+	done  func(i int) bool // master i answered an earlier try already: yes, unsent
 }
 
-func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool), all bool) *round {
+// pollAll is poll for a release, which must reach a master even after the outcome
+// is known: the lease's own vote to that master may still be in flight, and a
+// release given up would let the vote leave our key there until its TTL. A request
+// that waits for a slot waits past the decision, until rel.until (when our key has
+// expired there anyway) or until Close begins (it is then sent at once); a request
+// sent runs to its per-node timeout.
+// Once a majority has answered, the requests go on when ctx ends (a caller's
+// deferred cancel does not cut them; Close waits for them). If ctx ends first, the
+// requests not yet sent are not sent, as with poll: a release that did not say it
+// succeeded should not go on to free the lock behind the caller's back.
+func (d *redlockDriver) pollAll(ctx context.Context, timeout time.Duration, rel releaseWait, op func(ctx context.Context, i int) vote) *round {
+	return d.pollMode(ctx, timeout, op, nil, &rel)
+}
+
+func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool), rel *releaseWait) *round {
 	n := len(d.nodes)
-	rctx := ctx // the requests' context
-	if all {
-		rctx = context.WithoutCancel(ctx)
-	}
+	rctx, endRequests := requestsContext(ctx, rel != nil)
 	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n), final: make([]vote, n),
 		votes: make([]vote, 0, n), in: make(chan vote, n), reported: make([]atomic.Bool, n),
 		start: time.Now(), timeout: timeout, shared: make([]atomic.Bool, n)}
@@ -125,7 +131,7 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 	for i := range d.nodes {
 		go func() {
 			defer d.inflight.Done()
-			v := d.send(rctx, r, decided, all, i, timeout, op)
+			v := d.send(rctx, r, decided, rel, i, timeout, op)
 			v.node = i
 			r.final[i] = v
 			close(r.ended[i])
@@ -137,6 +143,7 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 			if left.Add(-1) == 0 {
 				r.sharedEnd.Stop()
 				r.endShared()
+				endRequests()
 				close(r.settled)
 			}
 		}()
@@ -154,6 +161,7 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 			}
 		case <-ctx.Done():
 			r.ctxErr = ctx.Err()
+			endRequests()
 			return r
 		}
 	}
@@ -161,29 +169,54 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 	return r
 }
 
+// requestsContext returns the context of a round's requests and the function that
+// ends it (at the round's end, or when ctx ends before the decision): ctx itself
+// for poll; for a release (detach), one that outlives ctx's end once the round is
+// decided, and that is ended already if ctx is.
+func requestsContext(ctx context.Context, detach bool) (context.Context, func()) {
+	if !detach {
+		return ctx, func() {}
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if ctx.Err() != nil {
+		cancel()
+	}
+	return rctx, cancel
+}
+
 // send runs op for master i once it has a slot, and returns its outcome. It gives
 // up without sending when ctx has ended, or when it has to wait for a slot and ctx
-// ends or, unless all is set (pollAll), the round is decided first. When the per-node timeout ends, op's ctx ends
+// ends or the round is decided first; a release (rel, pollAll) is not given up at
+// the decision but at rel.until, goes without a slot once Close has begun (so that
+// Close waits for one request per release, not for a queue of them), and needs no
+// slot for a master already done. When the per-node timeout ends, op's ctx ends
 // and the count gets a timeout vote, even if op does not return (go-redis only
 // obeys ctx deadlines on the socket with Options.ContextTimeoutEnabled; otherwise it
 // waits up to its ReadTimeout). The timeout runs from the moment the request is
 // sent, except for a request that goes out at once (sharedDeadline).
-func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struct{}, all bool, i int, timeout time.Duration, op func(ctx context.Context, i int) vote) vote {
+func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struct{}, rel *releaseWait, i int, timeout time.Duration, op func(ctx context.Context, i int) vote) vote {
 	slots := d.nodes[i].slots
 	if err := ctx.Err(); err != nil {
 		return vote{answer: failed, err: err}
+	}
+	if rel != nil && rel.done != nil && rel.done(i) {
+		return vote{answer: yes}
 	}
 	// A free slot sends the request even when the round was decided meanwhile (a
 	// goroutine scheduled late on a loaded machine): a lost round's tie-break needs
 	// the gate's answer (tiebreak.go). Only a request that would wait for a slot is
 	// given up once the outcome is known, and never a release's (pollAll).
-	waited := false
+	waited, slotted := false, true
 	select {
 	case slots <- struct{}{}:
 	default:
 		waited = true
-		if all {
-			decided = nil // a nil channel: never ready
+		var giveUp <-chan time.Time
+		var closing <-chan struct{}
+		if rel != nil {
+			t := time.NewTimer(time.Until(rel.until))
+			defer t.Stop()
+			decided, giveUp, closing = nil, t.C, d.closing
 		}
 		select {
 		case slots <- struct{}{}:
@@ -191,9 +224,15 @@ func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struc
 			return vote{answer: failed, err: ctx.Err()}
 		case <-decided:
 			return vote{answer: failed, err: errNotSent}
+		case <-giveUp:
+			return vote{answer: failed, err: errNotSent}
+		case <-closing:
+			slotted = false // Close is waiting: go now, past the limit
 		}
 	}
-	defer func() { <-slots }()
+	if slotted {
+		defer func() { <-slots }()
+	}
 	nd := &d.nodes[i]
 	nctx := r.sharedCtx
 	if !waited && nd.contacted.Load() && time.Since(r.start) <= timeout/sharedDeadline {
@@ -227,7 +266,7 @@ func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struc
 const sharedDeadline = 4
 
 // errNotSent is the vote of a master whose request was still waiting for a slot when
-// the round was decided (poll, not pollAll).
+// the round was decided (a release: when its wait ran out, or at Close).
 var errNotSent = errors.New("not sent: the outcome was known first")
 
 // count returns how many votes gave answer a.

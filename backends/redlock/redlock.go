@@ -80,10 +80,10 @@ func WithNodeTimeout(d time.Duration) Option {
 
 // WithMaxInFlight sets how many requests one Locker has in flight to one master at
 // a time (default DefaultMaxInFlight); further requests wait in this process, and
-// their per-node timeout starts only when they are sent. A request still waiting when
-// its round is decided is not sent at all (so a Release that a majority confirmed
-// may leave the key, until its TTL, on a master that was still busy). n <= 0 keeps
-// the default.
+// their per-node timeout starts only when they are sent. A vote or refresh still
+// waiting when its round is decided is not sent at all; a release waits on (see
+// Unlock in lock.go) as long as the lease's key may live on that master, and goes
+// at once when Close begins. n <= 0 keeps the default.
 func WithMaxInFlight(n int) Option {
 	return func(c *config) { c.maxInFlight = n }
 }
@@ -140,11 +140,18 @@ const MinTTL = 10 * time.Millisecond
 //
 // Not guaranteed: see the package doc. Token is always 0.
 func New(clients []redis.UniversalClient, opts ...Option) dlock.Locker {
+	l, _ := newLocker(clients, opts)
+	return l
+}
+
+// newLocker is New, also returning the driver.
+func newLocker(clients []redis.UniversalClient, opts []Option) (dlock.Locker, *redlockDriver) {
 	c := config{drift: driver.StandardDrift}
 	for _, o := range opts {
 		o(&c)
 	}
-	return dlock.New(newDriver(clients, c), driver.Info{Name: "redlock", Drift: c.drift, MinTTL: MinTTL})
+	d := newDriver(clients, c)
+	return dlock.New(d, driver.Info{Name: "redlock", Drift: c.drift, MinTTL: MinTTL}), d
 }
 
 // TryLockSemaphore takes a permit of the generic semaphore (package

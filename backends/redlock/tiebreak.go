@@ -19,6 +19,7 @@ package redlock
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"hash/fnv"
 	"slices"
 	"time"
@@ -80,7 +81,7 @@ func setVote(ctx context.Context, c redis.UniversalClient, call scriptCall) (v v
 	switch {
 	case err == nil:
 		return vote{answer: yes}, true
-	case err == redis.Nil:
+	case errors.Is(err, redis.Nil):
 		return vote{}, false
 	}
 	return vote{answer: failed, err: err}, true
@@ -192,15 +193,15 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 		t.Stop()
 		pause = min(2*pause, 8*time.Millisecond)
 	}
-	d.releaseAll(ctx, key, value, timeout, longest)
+	d.releaseAll(ctx, key, value, ttl, timeout, longest)
 	return nil
 }
 
 // releaseAll deletes key on every master where it holds value, announcing it, and
 // waits for the answers (at most longest).
-func (d *redlockDriver) releaseAll(ctx context.Context, key, value string, timeout, longest time.Duration) {
+func (d *redlockDriver) releaseAll(ctx context.Context, key, value string, ttl, timeout, longest time.Duration) {
 	call := releaseCall(key, value, "")
-	r := d.pollAll(ctx, timeout, func(ctx context.Context, i int) vote {
+	r := d.pollAll(ctx, timeout, releaseWait{until: time.Now().Add(ttl)}, func(ctx context.Context, i int) vote {
 		return d.releaseNode(ctx, i, call)
 	})
 	waitAtMost(r.settled, longest)
