@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/report"
+	"github.com/dlock-go/dlock/internal/results"
 	"github.com/dlock-go/dlock/spec"
 )
 
 // replacePackages returns base with the test packages that rerun ran taken from
 // rerun instead: base's cells and failures of those packages are dropped and
-// rerun's put in their place, and a note says which packages were run again, when,
+// rerun's put in their place (orderCells: each package's rows where they were), and a note says which packages were run again, when,
 // on which commit and why (because). A rerun with benchmarks replaces the speed
 // table (and the benchmarks' failures) too; otherwise it stays base's. A package is
 // known by its cells' code stamp; a rerun cell without one is an error (nothing
@@ -81,6 +83,7 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 		}
 	}
 	out.Cells = append(out.Cells, rerun.Cells...)
+	orderCells(out.Cells, base.Cells)
 	out.Failures = slices.DeleteFunc(slices.Clone(base.Failures), replaced)
 	out.Failures = append(out.Failures, rerun.Failures...)
 	out.Notes = slices.DeleteFunc(slices.Clone(base.Notes), func(n string) bool { return superseded(n, pkgs, rerun.Speed != nil) })
@@ -88,6 +91,53 @@ func replacePackages(base, rerun *report.Report, because string) (*report.Report
 	out.Notes = append(out.Notes, fmt.Sprintf("%s%s (%s, %s, commit %s): %s",
 		strings.Join(what, " and "), fromRerun, rerun.Date, rerun.Command, strings.Join(commits, ", "), because))
 	return &out, pkgs, nil
+}
+
+// orderCells sorts cells (stably) by their test package: the packages of the
+// campaign's targets in the campaign's order, then the others in the order they
+// first appear in base, then in cells. So a package's rows keep their place in the
+// report's tables however many times it was replaced.
+func orderCells(cells, base []results.Cell) {
+	rank := map[string]int{}
+	for _, t := range targets {
+		rank[path.Join(t.Dir, t.Pkg)] = len(rank)
+	}
+	for _, cs := range [][]results.Cell{base, cells} {
+		for _, c := range cs {
+			if p := cellPackage(c); p != "" {
+				if _, ok := rank[p]; !ok {
+					rank[p] = len(rank)
+				}
+			}
+		}
+	}
+	// A cell without a code stamp (not applicable) stays with the cell before it.
+	keys := make([]int, len(cells))
+	last := -1
+	for i, c := range cells {
+		if p := cellPackage(c); p != "" {
+			last = rank[p]
+		}
+		keys[i] = last
+	}
+	idx := make([]int, len(cells))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return keys[a] - keys[b] })
+	sorted := make([]results.Cell, len(cells))
+	for i, j := range idx {
+		sorted[i] = cells[j]
+	}
+	copy(cells, sorted)
+}
+
+// cellPackage is the test package of c's code stamp, or "".
+func cellPackage(c results.Cell) string {
+	if c.Code == nil {
+		return ""
+	}
+	return c.Code.Package
 }
 
 // fromRerun follows what a replacement note says came from a second run.

@@ -38,8 +38,8 @@ func TestReplacePackages(t *testing.T) {
 	for _, c := range got.Cells {
 		cells = append(cells, c.Backend+"/"+c.Property+"="+string(c.Status))
 	}
-	if strings.Join(cells, " ") != "b/P=held a/P=held a/Q=held p/P=held" {
-		t.Errorf("cells: %v", cells)
+	if strings.Join(cells, " ") != "a/P=held a/Q=held b/P=held p/P=held" {
+		t.Errorf("cells: %v, want the second run's in the first run's place", cells)
 	}
 	if len(got.Failures) != 1 || got.Failures[0] != "backends/b: TestFaults/single/X" {
 		t.Errorf("failures: %v, want only b's", got.Failures)
@@ -149,5 +149,29 @@ func TestReplaceSpeed(t *testing.T) {
 	again.Speed.Code = nil
 	if _, _, err := replacePackages(base, again, "x"); err == nil {
 		t.Error("a speed table without a code stamp was taken")
+	}
+}
+
+// TestOrderCells: the campaign's packages come in the campaign's order (mem before
+// postgres before the peers), others after them in the order the first run had
+// them, and a cell without a code stamp stays with the cell before it.
+func TestOrderCells(t *testing.T) {
+	cell := func(backend, pkg string) results.Cell {
+		c := results.Cell{Backend: backend}
+		if pkg != "" {
+			c.Code = &results.Code{Package: pkg}
+		}
+		return c
+	}
+	base := []results.Cell{cell("x", "backends/x"), cell("postgres", "backends/pglock")}
+	cells := []results.Cell{cell("postgres", "backends/pglock"), cell("bsm", "lab/peers/bsmpeer"), cell("bsm", ""),
+		cell("x", "backends/x"), cell("mem", "backends/memlock"), cell("mem", "")}
+	orderCells(cells, base)
+	var got []string
+	for _, c := range cells {
+		got = append(got, c.Backend)
+	}
+	if strings.Join(got, " ") != "mem mem postgres bsm bsm x" {
+		t.Errorf("order: %v, want mem mem postgres bsm bsm x", got)
 	}
 }
