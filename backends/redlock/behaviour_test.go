@@ -566,6 +566,26 @@ func TestSplitVoteBrokenByGate(t *testing.T) {
 		}
 	})
 
+	t.Run("claim given up with its ctx", func(t *testing.T) {
+		// The gate holder claims, nobody withdraws, and the Acquire's ctx ends
+		// during the claim: what it holds is given back all the same.
+		l, idle := redlock.NewWithIdle(clients(t, rs))
+		t.Cleanup(func() { l.Close() })
+		warm(t, l)
+		k := key(t)
+		g := redlock.GateIndex(k, masters)
+		rest := others(masters, g)
+		setOn(t, rs, k, "x", rest[0], rest[1])
+		setOn(t, rs, k, "y", rest[2])
+		if _, err := l.TryAcquire(ctxFor(t, 100*time.Millisecond), k); err == nil {
+			t.Fatal("granted a split vote that nobody withdrew from")
+		}
+		idle()
+		if n, vals := holders(t, rs, k); n != 3 {
+			t.Errorf("after the claim gave up %d masters hold %q: %v (want only the other contenders' 3)", n, k, vals)
+		}
+	})
+
 	t.Run("others give back", func(t *testing.T) {
 		k := key(t)
 		g := redlock.GateIndex(k, masters)

@@ -209,8 +209,8 @@ func (d *redlockDriver) withdrawNode(ctx context.Context, i int, key, value stri
 }
 
 // Close waits for the requests still in flight (a release still waiting for a slot
-// is sent at once, past WithMaxInFlight), then ends the release subscriptions and, for a URL opener's Locker,
-// the clients.
+// is sent at once, past WithMaxInFlight), then ends the release subscriptions and,
+// for a URL opener's Locker, the clients.
 func (d *redlockDriver) Close() error {
 	d.closeOnce.Do(func() { close(d.closing) })
 	d.inflight.Wait()
@@ -309,10 +309,12 @@ func (l *lock) outcome(r *round, what string) error {
 // them), also when ctx ends after that, each within the per-node timeout once sent.
 // A master's delete waits for a slot there behind this Locker's other requests
 // (WithMaxInFlight) as long as our key may live there (the last TTL set; once Close
-// has begun it goes at once): our vote may still be on its way to that master, and a delete given up
-// would let it leave our key until its TTL. It returns dlock.ErrNotHeld when more than N − quorum masters no longer held
-// it, and an error wrapping dlock.ErrUnavailable when too few clear answers came
-// (Unlock may then be retried; masters already done are not asked again).
+// has begun it goes at once): our vote may still be on its way to that master, and
+// a delete given up would let it leave our key until its TTL. When ctx ends before
+// the outcome is known, the deletes not yet sent are not sent. It returns
+// dlock.ErrNotHeld when more than N − quorum masters no longer held it, and an error
+// wrapping dlock.ErrUnavailable when too few clear answers came (Unlock may then be
+// retried; masters already done are not asked again).
 func (l *lock) Unlock(ctx context.Context) error {
 	call := releaseCall(l.key, l.value, l.waiter)
 	rel := releaseWait{until: time.Now().Add(l.ttl), done: func(i int) bool { return l.released[i].Load() }}
