@@ -60,6 +60,12 @@ type round struct {
 	endShared context.CancelFunc
 	sharedEnd *time.Timer
 	shared    []atomic.Bool // per master: its request runs under sharedCtx
+
+	// A release round (pollAll) whose caller's ctx ended before the outcome was
+	// known: requests not yet sent are not sent (abandonErr is their vote's error;
+	// set before abandoned).
+	abandoned  atomic.Bool
+	abandonErr error
 }
 
 // timedOut reports a timeout vote for every master whose request runs under the
@@ -105,22 +111,33 @@ type releaseWait struct {
 // that waits for a slot waits past the decision, until rel.until (when our key has
 // expired there anyway) or until Close begins (it is then sent at once); a request
 // sent runs to its per-node timeout.
-// Once a majority has answered, the requests go on when ctx ends (a caller's
-// deferred cancel does not cut them; Close waits for them). If ctx ends first, the
-// requests not yet sent are not sent, as with poll: a release that did not say it
-// succeeded should not go on to free the lock behind the caller's back.
+// The requests do not stop when ctx ends (a caller's deferred cancel does not cut
+// them; Close waits for them). But if ctx ends before the outcome is known (or had
+// ended), the requests not yet sent are not sent, as with poll: a release that did
+// not say it succeeded should not go on to free the lock behind the caller's back.
+// (One already sent runs to its answer or its per-node timeout: the master has it.)
 func (d *redlockDriver) pollAll(ctx context.Context, timeout time.Duration, rel releaseWait, op func(ctx context.Context, i int) vote) *round {
 	return d.pollMode(ctx, timeout, op, nil, &rel)
 }
 
 func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op func(ctx context.Context, i int) vote, then func(v vote, won bool), rel *releaseWait) *round {
 	n := len(d.nodes)
-	rctx, endRequests := requestsContext(ctx, rel != nil)
-	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n), final: make([]vote, n),
-		votes: make([]vote, 0, n), in: make(chan vote, n), reported: make([]atomic.Bool, n),
-		start: time.Now(), timeout: timeout, shared: make([]atomic.Bool, n)}
+	votes, flags := make([]vote, 2*n), make([]atomic.Bool, 2*n) // one array for two slices each
+	r := &round{settled: make(chan struct{}), ended: make([]chan struct{}, n), final: votes[:n:n],
+		votes: votes[n:n], in: make(chan vote, n), reported: flags[:n:n],
+		start: time.Now(), timeout: timeout, shared: flags[n:]}
 	for i := range r.ended {
 		r.ended[i] = make(chan struct{})
+	}
+	rctx := ctx
+	if rel != nil {
+		// A release's requests outlive ctx once the round is decided; until then
+		// the round is abandoned when ctx ends (r.abandoned), and unsent requests
+		// are not sent.
+		rctx = context.WithoutCancel(ctx)
+		if ctx.Err() != nil {
+			r.abandon(ctx.Err())
+		}
 	}
 	r.sharedCtx, r.endShared = context.WithTimeout(rctx, timeout)
 	r.sharedEnd = time.AfterFunc(timeout, r.timedOut)
@@ -143,7 +160,6 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 			if left.Add(-1) == 0 {
 				r.sharedEnd.Stop()
 				r.endShared()
-				endRequests()
 				close(r.settled)
 			}
 		}()
@@ -161,7 +177,9 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 			}
 		case <-ctx.Done():
 			r.ctxErr = ctx.Err()
-			endRequests()
+			if rel != nil {
+				r.abandon(r.ctxErr) // before decided closes (deferred), for send's wait
+			}
 			return r
 		}
 	}
@@ -169,19 +187,19 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 	return r
 }
 
-// requestsContext returns the context of a round's requests and the function that
-// ends it (at the round's end, or when ctx ends before the decision): ctx itself
-// for poll; for a release (detach), one that outlives ctx's end once the round is
-// decided, and that is ended already if ctx is.
-func requestsContext(ctx context.Context, detach bool) (context.Context, func()) {
-	if !detach {
-		return ctx, func() {}
+// abandon marks a release round given up because the caller's ctx ended (with err)
+// before its outcome was known: its requests not yet sent are not sent.
+func (r *round) abandon(err error) {
+	r.abandonErr = err
+	r.abandoned.Store(true)
+}
+
+// givenUp returns the vote of a request not sent because its round was abandoned.
+func (r *round) givenUp() (vote, bool) {
+	if r.abandoned.Load() {
+		return vote{answer: failed, err: r.abandonErr}, true
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	if ctx.Err() != nil {
-		cancel()
-	}
-	return rctx, cancel
+	return vote{}, false
 }
 
 // send runs op for master i once it has a slot, and returns its outcome. It gives
@@ -198,6 +216,9 @@ func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struc
 	slots := d.nodes[i].slots
 	if err := ctx.Err(); err != nil {
 		return vote{answer: failed, err: err}
+	}
+	if v, ok := r.givenUp(); ok {
+		return v
 	}
 	if rel != nil && rel.done != nil && rel.done(i) {
 		return vote{answer: yes}
@@ -216,18 +237,29 @@ func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struc
 		if rel != nil {
 			t := time.NewTimer(time.Until(rel.until))
 			defer t.Stop()
-			decided, giveUp, closing = nil, t.C, d.closing
+			giveUp, closing = t.C, d.closing
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return vote{answer: failed, err: ctx.Err()}
-		case <-decided:
-			return vote{answer: failed, err: errNotSent}
-		case <-giveUp:
-			return vote{answer: failed, err: errNotSent}
-		case <-closing:
-			slotted = false // Close is waiting: go now, past the limit
+	wait:
+		for {
+			select {
+			case slots <- struct{}{}:
+				break wait
+			case <-ctx.Done():
+				return vote{answer: failed, err: ctx.Err()}
+			case <-decided:
+				if v, ok := r.givenUp(); ok {
+					return v
+				}
+				if rel == nil {
+					return vote{answer: failed, err: errNotSent}
+				}
+				decided = nil // a release waits on past the decision
+			case <-giveUp:
+				return vote{answer: failed, err: errNotSent}
+			case <-closing:
+				slotted = false // Close is waiting: go now, past the limit
+				break wait
+			}
 		}
 	}
 	if slotted {
