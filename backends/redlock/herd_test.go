@@ -386,3 +386,201 @@ func TestUncontendedAcquireDoesNotQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestPassedOverWaiterIsServed: by default a caller that asks for a free lock takes
+// it ahead of the waiter a release woke, but not twice in a row: the second release
+// that wakes the same waiter reserves the lock for it, so the barging caller's next
+// TryAcquire is refused. B holds k on every master and W waits behind it (queued and
+// listening on every master). First in every master's queue is h, which listens
+// but never votes (so that B deterministically wins the first race): B releases and
+// at once asks again, twice. The first time B is granted, the second time it must be
+// refused (it is granted without the reservation). Then h leaves the queue on every
+// master, as a waiter whose Acquire ended does, which gives its reservation back and
+// wakes W: W must be granted.
+func TestPassedOverWaiterIsServed(t *testing.T) {
+	rs := privateMasters(t, masters, false)
+	admins := clients(t, rs)
+	k := key(t)
+	b, w := patientLocker(t, rs), patientLocker(t, rs)
+	lh := holdEverywhere(t, b, admins, k)
+	type outcome struct {
+		ls  dlock.Lease
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		ls, err := w.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
+		got <- outcome{ls, err}
+	}()
+	waitWaiters(t, admins, k, 1)
+	untilEveryMaster(t, admins, func(c redis.UniversalClient) (bool, string) {
+		chans, err := c.PubSubChannels(ctxFor(t, 10*time.Second), redisops.Channel(k)+"#*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(chans) == 1, fmt.Sprintf("%d turn channels, want the waiter's", len(chans))
+	})
+	for _, c := range admins {
+		ctx := ctxFor(t, 10*time.Second)
+		sub := c.Subscribe(ctx, redisops.TurnChannel(k, "h"))
+		t.Cleanup(func() { sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+			t.Fatal(err)
+		}
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, redlock.QueueKey(k), redis.Z{Score: 1, Member: "h"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, redlock.DeadlineKey(k), redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: "h"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		next, err := b.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+		switch {
+		case i == 0 && err != nil:
+			t.Fatalf("the first release that woke h: %v, want B granted (h does not vote)", err)
+		case i == 1 && err == nil:
+			t.Fatal("B took the lock twice in a row ahead of the waiter both releases woke: no reservation")
+		case i == 1 && !errors.Is(err, dlock.ErrNotAcquired):
+			t.Fatalf("B asking after the second release: %v, want ErrNotAcquired", err)
+		}
+		lh = next
+	}
+	for _, c := range admins {
+		if _, err := redlock.Release(ctxFor(t, 10*time.Second), c, k, "", "h", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case o := <-got:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if err := o.ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter was not granted within 30s of the reserved waiter's leaving")
+	}
+}
+
+// TestReservationForPassedOverWaiter: release.lua on one master, step by step. The
+// first release that wakes the queue's head notes its name; a second one that wakes
+// it (someone else took the lock in between) leaves the lock reserved for it, for
+// the given time, instead of free: a vote of anyone else is refused, the waiter's own
+// vote takes it. A waiter that leaves with a reservation gives it back and the next
+// waiter is woken.
+func TestReservationForPassedOverWaiter(t *testing.T) {
+	rs := privateMasters(t, 1, false)
+	c := clients(t, rs)[0]
+	k := key(t)
+	ctx := ctxFor(t, 30*time.Second)
+	sub := c.Subscribe(ctx, redisops.TurnChannel(k, "h"), redisops.TurnChannel(k, "h2"))
+	defer sub.Close()
+	for range 2 {
+		if _, err := sub.Receive(ctx); err != nil { // the subscriptions' confirmations
+			t.Fatal(err)
+		}
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"h", "h2"} {
+		if err := c.ZAdd(ctx, redlock.QueueKey(k), redis.Z{Score: float64(i + 1), Member: name}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, redlock.DeadlineKey(k), redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: name}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	told := func(name string) {
+		t.Helper()
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Channel != redisops.TurnChannel(k, name) {
+			t.Fatalf("woke %q, want %q", m.Channel, redisops.TurnChannel(k, name))
+		}
+	}
+	get := func(key string) string {
+		t.Helper()
+		v, err := c.Get(ctx, key).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	release := func(value, waiter string) {
+		t.Helper()
+		if value != "" {
+			if err := c.Set(ctx, k, value, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := redlock.Release(ctx, c, k, value, waiter, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	release("a", "")
+	told("h")
+	if v := get(k); v != "" {
+		t.Fatalf("after the first release that woke h the lock holds %q, want it free", v)
+	}
+	if v := get(redlock.WokenKey(k)); v != "h" {
+		t.Fatalf("the woken waiter noted is %q, want h", v)
+	}
+
+	release("b", "") // b took the lock ahead of h
+	told("h")
+	if v := get(k); v != redlock.ReservedPrefix+"h" {
+		t.Fatalf("after the second release that woke h the lock holds %q, want it reserved for h", v)
+	}
+	if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 20*time.Second {
+		t.Fatalf("the reservation lasts %v, want at most 20s", ttl)
+	}
+	l := redlock.New([]redis.UniversalClient{c})
+	defer l.Close()
+	if _, err := l.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a lock reserved for a waiter: %v, want ErrNotAcquired", err)
+	}
+
+	release("", "h") // h gave up
+	told("h2")
+	if v := get(k); v != "" {
+		t.Fatalf("after the reserved waiter left the lock holds %q, want it free", v)
+	}
+	if n := c.ZCard(ctx, redlock.QueueKey(k)).Val(); n != 1 {
+		t.Fatalf("%d waiters queued after h left, want 1", n)
+	}
+
+	release("d", "") // d took the lock ahead of h2
+	told("h2")
+	if v := get(k); v != redlock.ReservedPrefix+"h2" {
+		t.Fatalf("after the second release that woke h2 the lock holds %q, want it reserved for h2", v)
+	}
+	vote := func(value, name string, want bool) {
+		t.Helper()
+		granted, err := redlock.WaitVote(ctx, c, k, value, name, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if granted != want {
+			t.Fatalf("%s's vote on a lock reserved for h2: granted %v, want %v", name, granted, want)
+		}
+	}
+	vote("e", "other", false)
+	vote("f", "h2", true)
+	if v := get(k); v != "f" {
+		t.Fatalf("after h2's vote the lock holds %q, want h2's value", v)
+	}
+}

@@ -316,9 +316,10 @@ func (l *lock) outcome(r *round, what string) error {
 // wrapping dlock.ErrUnavailable when too few clear answers came (Unlock may then be
 // retried; masters already done are not asked again).
 func (l *lock) Unlock(ctx context.Context) error {
-	call := releaseCall(l.key, l.value, l.waiter)
+	timeout := l.d.nodeTimeout(l.ttl)
+	call := releaseCall(l.key, l.value, l.waiter, timeout)
 	rel := releaseWait{until: time.Now().Add(l.ttl), done: func(i int) bool { return l.released[i].Load() }}
-	r := l.d.pollAll(ctx, l.d.nodeTimeout(l.ttl), rel, func(ctx context.Context, i int) vote {
+	r := l.d.pollAll(ctx, timeout, rel, func(ctx context.Context, i int) vote {
 		l.awaitAcquire(i)
 		v := l.d.releaseNode(ctx, i, call)
 		if v.answer == yes {

@@ -27,18 +27,29 @@ var (
 	releaseScript = newScript(redisops.LuaLib + releaseSrc)
 )
 
-// queuePrefix starts the key of each lock's queue of waiters on a master, and
-// deadlinePrefix the key of their deadlines (wait.lua).
+// queuePrefix starts the key of each lock's queue of waiters on a master,
+// deadlinePrefix the key of their deadlines (wait.lua), and wokenPrefix the key
+// that names the waiter the last release woke (release.lua).
 const (
 	queuePrefix    = "dlock:rlqueue\xff"
 	deadlinePrefix = "dlock:rlqdead\xff"
+	wokenPrefix    = "dlock:rlwoken\xff"
 )
+
+// reservedPrefix starts the value a release leaves on a master's lock key, instead
+// of deleting it, for a woken waiter that had been passed over (release.lua): the
+// waiter's name follows. No owner value starts with it.
+const reservedPrefix = "\xffwoken "
 
 // queueKey returns the key of key's queue of waiters on a master (a sorted set:
 // waiter name → arrival), and deadlineKey that of their deadlines (waiter name →
 // server time in ms), both in key's Redis Cluster hash slot.
 func queueKey(key string) string    { return redisops.Tagged(queuePrefix, key) }
 func deadlineKey(key string) string { return redisops.Tagged(deadlinePrefix, key) }
+
+// wokenKey returns the key that names the waiter the last release of key woke on a
+// master (release.lua), in key's hash slot.
+func wokenKey(key string) string { return redisops.Tagged(wokenPrefix, key) }
 
 // queued is one waiting Acquire's place in key's queue: the same name and arrival
 // on every master, so that every master's queue has the waiters in the same order
@@ -56,15 +67,18 @@ func newQueued(key string, arrival time.Time) *queued {
 }
 
 // releaseCall lays out release.lua for key, value and waiter (see release), once
-// for every master of a round.
-func releaseCall(key, value, waiter string) scriptCall {
-	keys := []string{redisops.LockKey(key), redisops.ReleasedKey(key, value), queueKey(key), deadlineKey(key)}
-	return newCall(releaseScript, keys, value, redisops.Channel(key), waiter, "0")
+// for every master of a round; reserve is how long a reservation for a woken
+// waiter that was passed over lasts (the per-node timeout).
+func releaseCall(key, value, waiter string, reserve time.Duration) scriptCall {
+	keys := []string{redisops.LockKey(key), redisops.ReleasedKey(key, value), queueKey(key), deadlineKey(key), wokenKey(key)}
+	return newCall(releaseScript, keys, value, redisops.Channel(key), waiter, "0", redisops.Millis(reserve))
 }
 
 // release runs call (releaseCall) on c: it deletes key's lock if it holds value
-// (value "" deletes nothing), takes waiter (if not "") out of key's queue, and wakes
-// the first waiter when the lock is then free. It reports whether value's lock was
+// (value "" deletes nothing), takes waiter (if not "") out of key's queue (and a
+// reservation for it off the lock), and wakes the first waiter when the lock is
+// then free — reserving the lock for it if an earlier release woke it already and
+// someone else took the lock meanwhile. It reports whether value's lock was
 // deleted, by this call or an earlier one.
 func release(ctx context.Context, c redis.UniversalClient, call scriptCall) (bool, error) {
 	if _, ok := c.(*redis.ClusterClient); ok {
@@ -162,7 +176,7 @@ func (d *redlockDriver) leave(key string, q *queued, ttl time.Duration) {
 		return // never queued
 	}
 	timeout := d.nodeTimeout(ttl)
-	call := releaseCall(key, "", q.name)
+	call := releaseCall(key, "", q.name, timeout)
 	r := d.pollAll(context.Background(), timeout, releaseWait{until: time.Now().Add(ttl)}, func(ctx context.Context, i int) vote {
 		return voteOf(release(ctx, d.nodes[i].c, call))
 	})

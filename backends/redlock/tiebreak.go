@@ -201,7 +201,7 @@ func (d *redlockDriver) claim(ctx context.Context, first *round, key, value stri
 // waits for the answers (at most longest). It runs whether or not ctx has ended (a
 // claim given up because the Acquire's ctx ended must still give its grants back).
 func (d *redlockDriver) releaseAll(ctx context.Context, key, value string, ttl, timeout, longest time.Duration) {
-	call := releaseCall(key, value, "")
+	call := releaseCall(key, value, "", timeout)
 	r := d.pollAll(context.WithoutCancel(ctx), timeout, releaseWait{until: time.Now().Add(ttl)}, func(ctx context.Context, i int) vote {
 		return d.releaseNode(ctx, i, call)
 	})

@@ -6,11 +6,13 @@
 -- waiter chose once, the same on every master) and KEYS[3] (waiter name -> the
 -- server time in ms after which the waiter counts as gone). ARGV[3] is the waiter's
 -- name, ARGV[4] its arrival, ARGV[5] its place's TTL in ms. A refused caller is put
--- in the queue, or its place renewed; a granted one leaves it. The queue only
--- decides whom a release wakes (release.lua): a free lock goes to whoever asks.
+-- in the queue, or its place renewed; a granted one leaves it. The queue
+-- decides whom a release wakes (release.lua): a free lock goes to whoever asks,
+-- except that a lock reserved for the caller (a release woke it after it had been
+-- passed over: '\255woken ' .. ARGV[3]) counts as free for it alone.
 local v = redis.call('GET', KEYS[1])
-if not v or v == ARGV[1] then
-  if not v then
+if not v or v == ARGV[1] or v == '\255woken ' .. ARGV[3] then
+  if v ~= ARGV[1] then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   end
   if redis.call('EXISTS', KEYS[2]) == 1 then
