@@ -31,7 +31,13 @@ type scriptCall struct {
 
 // newCall lays out s run with keys and args.
 func newCall(s luaScript, keys []string, args ...any) scriptCall {
-	a := make([]any, 0, 3+len(keys)+len(args))
+	return newCallRoom(s, 0, keys, args...)
+}
+
+// newCallRoom is newCall with room for spare more values after the arguments, in
+// the same array (one allocation for the script call and another command).
+func newCallRoom(s luaScript, spare int, keys []string, args ...any) scriptCall {
+	a := make([]any, 0, 3+len(keys)+len(args)+spare)
 	a = append(a, "evalsha", s.hash, len(keys))
 	for _, k := range keys {
 		a = append(a, k)

@@ -42,9 +42,9 @@ var (
 func voteCall(key, value string, ttl time.Duration, q *queued) scriptCall {
 	ms := any(redisops.Millis(ttl))
 	if q == nil {
-		c := newCall(voteScript, []string{redisops.LockKey(key)}, value, ms)
+		c := newCallRoom(voteScript, 6, []string{redisops.LockKey(key)}, value, ms)
 		a := c.args[3:] // key, value, ms, boxed once for both
-		c.set = []any{"set", a[0], a[1], "nx", "px", a[2]}
+		c.set = append(c.args[len(c.args):], "set", a[0], a[1], "nx", "px", a[2])
 		return c
 	}
 	return newCall(waitScript, q.keys, value, ms, q.name, q.arrival, ms)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/backends/internal/redisops"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
@@ -44,4 +45,19 @@ func TestRefreshAfterValidity(t *testing.T) {
 		t.Fatalf("Refresh after the validity: %v; want errValidityOver, not ErrNotHeld", err)
 	}
 	_ = lk.Unlock(ctx) // the keys may still be on the masters, for a few ms at most
+}
+
+// TestReleaseKeys: the keys and channel releaseKeys cuts from one string are the
+// ones each key function names, also for keys with a hash tag or braces.
+func TestReleaseKeys(t *testing.T) {
+	for _, key := range []string{"k", "{user}:k", "a{b", "a}b{", "{}x", ""} {
+		keys, channel := releaseKeys(key, "v1")
+		want := [5]string{redisops.LockKey(key), redisops.ReleasedKey(key, "v1"), queueKey(key), deadlineKey(key), wokenKey(key)}
+		if keys != want {
+			t.Errorf("releaseKeys(%q) = %q, want %q", key, keys, want)
+		}
+		if channel != redisops.Channel(key) {
+			t.Errorf("releaseKeys(%q) channel %q, want %q", key, channel, redisops.Channel(key))
+		}
+	}
 }
