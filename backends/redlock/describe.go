@@ -22,8 +22,9 @@ import (
 // owner value (and the Holder record written into it) and its TTL; there is no
 // token, and the waiters' queue (queue.go) is not shown. A key is held where a majority of the
 // masters hold one value: its holder is that value, its time left the shortest of
-// theirs. Every master is read in parallel, one pipeline each (the key and the
-// generic semaphore's slots), each within describeTimeout; a description needs a
+// theirs. A lock a release reserved for a woken waiter (queue.go) shows as free.
+// Every master is read in parallel, one pipeline each (the key and the generic
+// semaphore's slots), each within describeTimeout; a description needs a
 // majority of answers. List scans each master for keys under the prefix (and the
 // semaphores' slots) whose value is an owner value.
 

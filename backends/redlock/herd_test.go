@@ -394,7 +394,8 @@ func TestUncontendedAcquireDoesNotQueue(t *testing.T) {
 // listening on every master). First in every master's queue is h, which listens
 // but never votes (so that B deterministically wins the first race): B releases and
 // at once asks again, twice. The first time B is granted, the second time it must be
-// refused (it is granted without the reservation). Then h leaves the queue on every
+// refused (it is granted without the reservation), and Describe must show the lock
+// free (nobody holds it yet). Then h leaves the queue on every
 // master, as a waiter whose Acquire ended does, which gives its reservation back and
 // wakes W: W must be granted.
 func TestPassedOverWaiterIsServed(t *testing.T) {
@@ -452,6 +453,15 @@ func TestPassedOverWaiterIsServed(t *testing.T) {
 			t.Fatalf("B asking after the second release: %v, want ErrNotAcquired", err)
 		}
 		lh = next
+	}
+	states, err := dlock.Describe(ctxFor(t, 10*time.Second), b, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range states {
+		if len(st.Holders) > 0 {
+			t.Fatalf("a lock reserved for a waiter is described as held: %+v", st)
+		}
 	}
 	for _, c := range admins {
 		if _, err := redlock.Release(ctxFor(t, 10*time.Second), c, k, "", "h", time.Minute); err != nil {

@@ -131,11 +131,18 @@ var _ driver.Waiter = (*redlockDriver)(nil)
 // every master (and tells the next waiter if the lock is free) and returns ctx's
 // error; a grant taken meanwhile is given back by step 4.
 //
-// Not guaranteed: the order. The queue decides whom a release wakes, not who is
-// granted: a caller that asks while the lock is free takes it, ahead of the woken
-// waiter (which stays first and is woken by the next release). A message lost
-// (a master down, a reconnection) or meant for a waiter that has crashed costs a
-// wait of up to a third of ttl.
+// Barging is bounded: a caller that asks while the lock is free takes it, ahead of
+// the woken waiter, which stays first and is woken by the next release — and that
+// release reserves the lock for it on each master (release.lua): nobody else is
+// granted there until the waiter takes it, leaves the queue, or the per-node
+// timeout of the releasing Locker passes. A waiter at the head of the queue is so
+// passed over at most once per reservation it misses.
+//
+// Not guaranteed: the order among waiters not yet first, a reservation on a master
+// whose queue differs (a waiter not yet queued there, or dropped), and a wake-up: a
+// message lost (a master down, a reconnection) or meant for a waiter that has
+// crashed costs a wait of up to a third of ttl; a reservation for a crashed waiter
+// holds the lock free for up to the per-node timeout.
 func (d *redlockDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	arrival := time.Now()
 	var q *queued // the place in the queue, from the second attempt on

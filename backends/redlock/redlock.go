@@ -31,8 +31,10 @@
 // every master (Lock, in queue.go): each master keeps the waiters
 // in the order of an arrival time the waiter chose, the same on every master, and a
 // release tells the first waiter alone, so one waiter looks per release however
-// many wait. The queue decides whom a release wakes, not who is granted: a free lock
-// goes to whoever asks first. An Acquire with a retry strategy (dlock.WithRetry)
+// many wait. The queue decides whom a release wakes, and bounds barging: a free lock
+// goes to whoever asks first, but a woken waiter that was passed over once has the
+// lock reserved for it by the next release that wakes it (for the per-node timeout;
+// every other vote is refused meanwhile). An Acquire with a retry strategy (dlock.WithRetry)
 // retries after its delays instead, woken by every release (Subscribe, in wake.go).
 //
 // Not guaranteed (see the docs page): mutual exclusion when a master restarts without
