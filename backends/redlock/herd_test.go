@@ -481,20 +481,24 @@ func TestPassedOverWaiterIsServed(t *testing.T) {
 	}
 }
 
-// TestReservationForPassedOverWaiter: release.lua on one master, step by step. The
-// first release that wakes the queue's head notes its name; a second one that wakes
-// it (someone else took the lock in between) leaves the lock reserved for it, for
-// the given time, instead of free: a vote of anyone else is refused, the waiter's own
-// vote takes it. A waiter that leaves with a reservation gives it back and the next
-// waiter is woken.
+// TestReservationForPassedOverWaiter: release.lua and wait.lua on one master, step
+// by step. The first release that wakes the queue's head notes its name, and the
+// head's refused votes keep the note as long as its place; a later release that
+// wakes it (someone else took the lock in between) leaves the lock reserved for it,
+// for the given time, instead of free — again after a reservation expired unused —
+// and a vote of anyone else is refused, the waiter's own vote takes it and ends the
+// note. A waiter that leaves with a reservation gives it back and the next waiter
+// is woken, also when the release that takes the reservation back is a granted
+// lease's, on a master where its grant did not land.
 func TestReservationForPassedOverWaiter(t *testing.T) {
 	rs := privateMasters(t, 1, false)
 	c := clients(t, rs)[0]
 	k := key(t)
 	ctx := ctxFor(t, 30*time.Second)
-	sub := c.Subscribe(ctx, redisops.TurnChannel(k, "h"), redisops.TurnChannel(k, "h2"))
+	const reserve = 10 * time.Second // a reservation's time: the steps below take a fraction of it
+	sub := c.Subscribe(ctx, redisops.TurnChannel(k, "h"), redisops.TurnChannel(k, "h2"), redisops.TurnChannel(k, "h3"))
 	defer sub.Close()
-	for range 2 {
+	for range 3 {
 		if _, err := sub.Receive(ctx); err != nil { // the subscriptions' confirmations
 			t.Fatal(err)
 		}
@@ -503,11 +507,15 @@ func TestReservationForPassedOverWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, name := range []string{"h", "h2"} {
+	for i, name := range []string{"h", "h2", "h3"} {
+		deadline := now.Add(time.Hour)
+		if name == "h" {
+			deadline = now.Add(15 * time.Second) // renewed by its vote below
+		}
 		if err := c.ZAdd(ctx, redlock.QueueKey(k), redis.Z{Score: float64(i + 1), Member: name}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.ZAdd(ctx, redlock.DeadlineKey(k), redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: name}).Err(); err != nil {
+		if err := c.ZAdd(ctx, redlock.DeadlineKey(k), redis.Z{Score: float64(deadline.UnixMilli()), Member: name}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -529,54 +537,17 @@ func TestReservationForPassedOverWaiter(t *testing.T) {
 		}
 		return v
 	}
-	release := func(value, waiter string) {
+	take := func(value string) {
 		t.Helper()
-		if value != "" {
-			if err := c.Set(ctx, k, value, time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := redlock.Release(ctx, c, k, value, waiter, 20*time.Second); err != nil {
+		if err := c.Set(ctx, k, value, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	release("a", "")
-	told("h")
-	if v := get(k); v != "" {
-		t.Fatalf("after the first release that woke h the lock holds %q, want it free", v)
-	}
-	if v := get(redlock.WokenKey(k)); v != "h" {
-		t.Fatalf("the woken waiter noted is %q, want h", v)
-	}
-
-	release("b", "") // b took the lock ahead of h
-	told("h")
-	if v := get(k); v != redlock.ReservedPrefix+"h" {
-		t.Fatalf("after the second release that woke h the lock holds %q, want it reserved for h", v)
-	}
-	if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 20*time.Second {
-		t.Fatalf("the reservation lasts %v, want at most 20s", ttl)
-	}
-	l := redlock.New([]redis.UniversalClient{c})
-	defer l.Close()
-	if _, err := l.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire of a lock reserved for a waiter: %v, want ErrNotAcquired", err)
-	}
-
-	release("", "h") // h gave up
-	told("h2")
-	if v := get(k); v != "" {
-		t.Fatalf("after the reserved waiter left the lock holds %q, want it free", v)
-	}
-	if n := c.ZCard(ctx, redlock.QueueKey(k)).Val(); n != 1 {
-		t.Fatalf("%d waiters queued after h left, want 1", n)
-	}
-
-	release("d", "") // d took the lock ahead of h2
-	told("h2")
-	if v := get(k); v != redlock.ReservedPrefix+"h2" {
-		t.Fatalf("after the second release that woke h2 the lock holds %q, want it reserved for h2", v)
+	release := func(value, waiter string) {
+		t.Helper()
+		if _, err := redlock.Release(ctx, c, k, value, waiter, reserve); err != nil {
+			t.Fatal(err)
+		}
 	}
 	vote := func(value, name string, want bool) {
 		t.Helper()
@@ -585,12 +556,79 @@ func TestReservationForPassedOverWaiter(t *testing.T) {
 			t.Fatal(err)
 		}
 		if granted != want {
-			t.Fatalf("%s's vote on a lock reserved for h2: granted %v, want %v", name, granted, want)
+			t.Fatalf("%s's vote with the lock holding %q: granted %v, want %v", name, get(k), granted, want)
 		}
 	}
-	vote("e", "other", false)
-	vote("f", "h2", true)
+	reservedFor := func(name, after string) {
+		t.Helper()
+		if v := get(k); v != redlock.ReservedPrefix+name {
+			t.Fatalf("after %s the lock holds %q, want it reserved for %s", after, v, name)
+		}
+		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > reserve {
+			t.Fatalf("the reservation lasts %v, want at most %v", ttl, reserve)
+		}
+	}
+	free := func(after string) {
+		t.Helper()
+		if v := get(k); v != "" {
+			t.Fatalf("after %s the lock holds %q, want it free", after, v)
+		}
+	}
+
+	take("a")
+	release("a", "")
+	told("h")
+	free("the first release that woke h")
+	if v := get(redlock.WokenKey(k)); v != "h" {
+		t.Fatalf("the woken waiter noted is %q, want h", v)
+	}
+	take("b") // b takes the lock ahead of h
+	vote("x", "h", false)
+	if ttl := c.PTTL(ctx, redlock.WokenKey(k)).Val(); ttl <= 15*time.Second {
+		t.Fatalf("after h's refused vote (place TTL a minute) its note lasts %v, want it renewed past its old deadline (15s)", ttl)
+	}
+	release("b", "")
+	told("h")
+	reservedFor("h", "the second release that woke h")
+	l := redlock.New([]redis.UniversalClient{c})
+	defer l.Close()
+	if _, err := l.TryAcquire(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a lock reserved for a waiter: %v, want ErrNotAcquired", err)
+	}
+
+	if err := c.Del(ctx, k).Err(); err != nil { // as if the reservation expired unused
+		t.Fatal(err)
+	}
+	take("c")
+	release("c", "")
+	told("h")
+	reservedFor("h", "a release after h's reservation expired")
+
+	release("", "h") // h gave up
+	told("h2")
+	free("the reserved waiter left")
+	if n := c.ZCard(ctx, redlock.QueueKey(k)).Val(); n != 2 {
+		t.Fatalf("%d waiters queued after h left, want 2", n)
+	}
+
+	take("d")
+	release("d", "")
+	told("h2")
+	reservedFor("h2", "the second release that woke h2")
+	release("zz", "h2") // h2's lease, granted by the other masters, released here
+	told("h3")
+	free("h2's lease's release")
+
+	take("e")
+	release("e", "")
+	told("h3")
+	reservedFor("h3", "the second release that woke h3")
+	vote("y", "other", false)
+	vote("f", "h3", true)
 	if v := get(k); v != "f" {
-		t.Fatalf("after h2's vote the lock holds %q, want h2's value", v)
+		t.Fatalf("after h3's vote the lock holds %q, want h3's value", v)
+	}
+	if v := get(redlock.WokenKey(k)); v != "" {
+		t.Fatalf("after h3 was granted the note names %q, want none", v)
 	}
 }

@@ -57,13 +57,13 @@ func wokenKey(key string) string { return redisops.Tagged(wokenPrefix, key) }
 type queued struct {
 	name    string
 	arrival int64    // microseconds since the epoch on this client's clock, when the wait began
-	keys    []string // the lock, the queue, the deadlines
+	keys    []string // the lock, the queue, the deadlines, the last woken waiter's name
 }
 
 // newQueued is a place for a wait on key that began at arrival.
 func newQueued(key string, arrival time.Time) *queued {
 	return &queued{name: redisops.NewValue(), arrival: arrival.UnixMicro(),
-		keys: []string{redisops.LockKey(key), queueKey(key), deadlineKey(key)}}
+		keys: []string{redisops.LockKey(key), queueKey(key), deadlineKey(key), wokenKey(key)}}
 }
 
 // releaseCall lays out release.lua for key, value and waiter (see release), once
@@ -135,8 +135,10 @@ var _ driver.Waiter = (*redlockDriver)(nil)
 // the woken waiter, which stays first and is woken by the next release — and that
 // release reserves the lock for it on each master (release.lua): nobody else is
 // granted there until the waiter takes it, leaves the queue, or the per-node
-// timeout of the releasing Locker passes. A waiter at the head of the queue is so
-// passed over at most once per reservation it misses.
+// timeout of the releasing Locker passes (each later release that wakes it
+// reserves it again until it is granted). A waiter at the head of the queue is so
+// passed over once, and after that only by callers that come while a reservation
+// for it has expired unused.
 //
 // Not guaranteed: the order among waiters not yet first, a reservation on a master
 // whose queue differs (a waiter not yet queued there, or dropped), and a wake-up: a

@@ -177,7 +177,7 @@ func (d *redlockDriver) pollMode(ctx context.Context, timeout time.Duration, op 
 			}
 		case <-ctx.Done():
 			r.ctxErr = ctx.Err()
-			if rel != nil {
+			if rel != nil && !r.abandoned.Load() { // only this goroutine abandons
 				r.abandon(r.ctxErr) // before decided closes (deferred), for send's wait
 			}
 			return r

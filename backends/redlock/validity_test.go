@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,20 @@ func TestReleaseKeys(t *testing.T) {
 		}
 		if channel != redisops.Channel(key) {
 			t.Errorf("releaseKeys(%q) channel %q, want %q", key, channel, redisops.Channel(key))
+		}
+	}
+}
+
+// TestReservedValueInScripts: the reservation value the scripts write and take
+// (release.lua, wait.lua) is the one reservedPrefix names.
+func TestReservedValueInScripts(t *testing.T) {
+	const lua = `'\255woken '` // Lua's decimal escape for the byte 0xff
+	if reservedPrefix != "\xff"+"woken " {
+		t.Fatalf("reservedPrefix %q, want the scripts' %s", reservedPrefix, lua)
+	}
+	for name, src := range map[string]string{"release.lua": releaseSrc, "wait.lua": waitSrc} {
+		if !strings.Contains(src, lua) {
+			t.Errorf("%s does not write or take the reservation %s", name, lua)
 		}
 	}
 }
