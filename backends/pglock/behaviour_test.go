@@ -41,6 +41,26 @@ func (c countingConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// countingPool returns a pool of cfg whose connections count their writes in
+// writes (closed when t ends).
+func countingPool(t *testing.T, cfg *pgxpool.Config, writes *atomic.Int64) *pgxpool.Pool {
+	t.Helper()
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, writes}, nil
+	}
+	pl, err := pgxpool.NewWithConfig(ctxFor(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pl.Close)
+	return pl
+}
+
 // migratedConfig makes a fresh database on the shared server, with the tables, and
 // returns a pool configuration for it.
 func migratedConfig(t *testing.T) *pgxpool.Config {
@@ -63,20 +83,7 @@ func TestOneRoundTripPerCall(t *testing.T) {
 	cfg := migratedConfig(t)
 	var writes atomic.Int64
 	cfg.MaxConns = 1
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{c, &writes}, nil
-	}
-	pl, err := pgxpool.NewWithConfig(ctxFor(t, 10*time.Second), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
-	l := pglock.New(pl)
+	l := pglock.New(countingPool(t, cfg, &writes))
 	defer l.Close()
 	cycle := func() { locktest.RefreshCycle(t, l, "roundtrips") }
 	cycle() // prepares the statements (and looks for a pooler)

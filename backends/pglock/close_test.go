@@ -11,9 +11,10 @@ import (
 	"github.com/dlock-go/dlock/internal/servers/servertest"
 )
 
-// TestCloseWaitsForWaiters: a waiter whose Locker closes leaves the queue (the fair
-// mode's queue table, a pg_advisory_lock waiting on the server) before the client
-// closes, and a grant that lands during Close is released (closetest).
+// TestCloseWaitsForWaiters: a waiter whose Locker closes leaves the queue (the lease
+// table's queue table in either mode, a pg_advisory_lock waiting on the server)
+// before the client closes, and a grant that lands during Close is released
+// (closetest).
 func TestCloseWaitsForWaiters(t *testing.T) {
 	p := servertest.Postgres(t)
 	db := servertest.PostgresDatabase(t, p)
@@ -24,6 +25,10 @@ func TestCloseWaitsForWaiters(t *testing.T) {
 	urlAt := func(scheme, q string) func(addr string) string {
 		return func(addr string) string { return lockURL(scheme, addr, db, q) }
 	}
+	t.Run("default", func(t *testing.T) {
+		closetest.Run(t, closetest.Target{Addr: p.Addr(), URL: urlAt(pglock.Scheme, ""),
+			Waiting: func(t testing.TB, key string) int { return queued(t, admin, key) }})
+	})
 	t.Run("fifo", func(t *testing.T) {
 		closetest.Run(t, closetest.Target{Addr: p.Addr(), URL: urlAt(pglock.Scheme, "fifo=true"),
 			Waiting: func(t testing.TB, key string) int { return queued(t, admin, key) }})

@@ -24,7 +24,7 @@ import (
 //
 // The lease table: a key's row names its owner (the grant's uuid), its token and its
 // expiry by the server's clock (statement_timestamp(), as the locks' own
-// statements); the fair mode's queue rows name each waiter, in order, and the time
+// statements); the queue rows (both modes) name each waiter, in order, and the time
 // its place lasts; the holders table has each permit's or shared lease's owner,
 // token and expiry, and the semaphore's limit (its settings row); the elections
 // table each term (the live one's owner, value and term). Only rows whose expiry
@@ -73,7 +73,7 @@ func (l *tableLock) record() {
 	if l.holder == nil {
 		return
 	}
-	l.d.inBackground(func(ctx context.Context) { _, _ = l.d.pool.Exec(ctx, l.d.s.record, l.key, l.owner, l.holder) })
+	l.d.inBackground(func(ctx context.Context) { _, _ = l.d.pool.Exec(ctx, l.d.s().record, l.key, l.owner, l.holder) })
 }
 
 var (
@@ -115,18 +115,20 @@ func left(us int64) time.Duration { return max(time.Duration(us)*time.Microsecon
 
 // Describe reads key's row in the lock table (its live holder: owner, token, time
 // left, and the record OwnersTable keeps for that owner, with its Since), its live
-// waiters in the fair mode's queue in their order (each with the time its place
+// waiters in the queue in their order (each with the time its place
 // lasts), the live holders of its semaphore or read-write lock in the holders table
 // (owner, token, time left, shared or not; a semaphore's limit from the key's
 // settings row), and the live term of the election of that name (the leader's
 // owner, value, term as token, time left). Queue is true with WithFIFO, or when the
-// queue table holds waiters for key. It returns the database's error, naming the
-// table it read; a missing or unreadable table shows nothing.
+// queue table holds waiters for key (the default mode's waiters queue too, but may
+// be passed by callers within the barging window). It returns the database's
+// error, naming the table it read; a missing or unreadable table shows nothing.
 //
 // Not guaranteed: each table is read by a statement of its own, so the parts are
 // not one snapshot; a record is written after its grant and may be missing for a
-// moment, or for good (best effort); waiters without WithFIFO poll and are not
-// shown.
+// moment, or for good (best effort); waiters that do not queue (an Acquire with
+// dlock.WithRetry, or the default mode on a queue table without its since column)
+// are not shown.
 func (d *tableDriver) Describe(ctx context.Context, key string) ([]driver.KeyState, error) {
 	t, k := d.opts.table, []byte(key)
 	var out []driver.KeyState

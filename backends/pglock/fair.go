@@ -12,11 +12,18 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// The fair mode (WithFIFO): the table's lock, granted in arrival order from a queue
-// of waiters kept in a second table. A waiter's row has a deadline it renews every
-// third of its TTL, so a waiter that crashed stops counting at its deadline. A
-// release notifies the first live waiter alone (its own payload), so a hand-off
-// costs the same few statements however long the queue.
+// The queue (both modes of New): waiters queue in a second table, each row with a
+// deadline it renews every third of its TTL, so a waiter that crashed stops
+// counting at its deadline. A release notifies the first live waiter alone (its own
+// payload), so a hand-off costs the same few statements however long the queue.
+//
+// The fair mode (WithFIFO) grants the lock in the queue's order. The default mode
+// lets a caller take a free lock ahead of waiters that queued less than the barging
+// window ago (bargeWindow, by the database's clock) — the holder that releases and
+// asks again keeps going without a hand-off — but not ahead of one that has waited
+// longer, so barging is bounded. A database whose queue table predates the default
+// mode's use of it (no since column) gets the default mode as it was: every waiter
+// listens for the key's releases (oldDefault).
 
 // QueueSuffix is appended to the lock table's name to name its queue table.
 const QueueSuffix = "_queue"
@@ -26,14 +33,30 @@ const QueueSuffix = "_queue"
 func QueueTable(table string) string { return table + QueueSuffix }
 
 // createQueue: seq orders the waiters (later rows get larger numbers), waiter is
-// the owner value the waiter will lock with. %[2]s names the index.
+// the owner value the waiter will lock with, since when it queued (by the
+// database's clock; the default mode's barging window counts from it). %[2]s names
+// the index.
 const createQueue = `CREATE TABLE IF NOT EXISTS %[1]s (
   seq      bigserial PRIMARY KEY,
   lock_key bytea NOT NULL,
   waiter   uuid NOT NULL UNIQUE,
-  deadline timestamptz NOT NULL
+  deadline timestamptz NOT NULL,
+  since    timestamptz NOT NULL DEFAULT statement_timestamp()
 );
 CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (lock_key, seq)`
+
+// addSince gives a queue table made before the default mode queued (by a dlock
+// version whose fair mode alone used it) its since column; rows already queued
+// count as queued when it ran.
+const addSince = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS since timestamptz NOT NULL DEFAULT statement_timestamp()`
+
+// hasSinceSQL reports whether the queue table ($1, quoted) exists with its since
+// column.
+const hasSinceSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'since' AND NOT attisdropped)`
+
+// bargeWindow is the default mode's barging window: a waiter that has queued this
+// long (by the database's clock) is served before anyone who asks after it.
+const bargeWindow = 2 * time.Millisecond
 
 // The conditions of a take-over in the fair mode (acquireSQL's extra condition),
 // and what a release notifies. %s is the queue table; a live waiter is one whose
@@ -49,6 +72,16 @@ const (
 	// when none is queued ($4).
 	fairNext = `COALESCE((SELECT 'w' || q.waiter::text FROM %s q
     WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() ORDER BY q.seq LIMIT 1), $4)`
+	// bargeFree: no live waiter has waited the barging window (%[2]s µs; the
+	// default mode's TryAcquire).
+	bargeFree = `
+    AND NOT EXISTS (SELECT 1 FROM %[1]s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp()
+      AND q.since <= statement_timestamp() - %[2]d * interval '1 microsecond')`
+	// bargeMine: no live waiter ahead of the caller ($4, its seq $5) has waited the
+	// barging window (the default mode's claim).
+	bargeMine = `
+    AND NOT EXISTS (SELECT 1 FROM %[1]s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp()
+      AND q.since <= statement_timestamp() - %[2]d * interval '1 microsecond' AND q.seq < $5 AND q.waiter <> $4)`
 	// fairAhead: how many live waiters are ahead of the caller's seq ($5).
 	fairAhead = `(SELECT count(*) FROM %s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() AND q.seq < $5)`
 )
@@ -80,19 +113,27 @@ type fairStatements struct {
 	claim, enqueue, renew, dequeue string
 }
 
-func newFairStatements(table string) fairStatements {
+// newFairStatements formats the queue's statements for table; fifo picks the fair
+// mode's claim, else the default mode's.
+func newFairStatements(table string, fifo bool) fairStatements {
 	t, q := quoteIdent(table), quoteIdent(QueueTable(table))
+	mine := fmt.Sprintf(bargeMine, q, bargeWindow.Microseconds())
+	if fifo {
+		mine = fmt.Sprintf(fairMine, q)
+	}
 	return fairStatements{
-		// claim: acquireSQL with fairMine, whose busy answer says how many wait ahead.
-		claim:   fmt.Sprintf(acquireSQL, t, fmt.Sprintf(fairMine, q), fmt.Sprintf(fairAhead, q)),
+		// claim: acquireSQL with the mode's condition, whose busy answer says how
+		// many wait ahead.
+		claim:   fmt.Sprintf(acquireSQL, t, mine, fmt.Sprintf(fairAhead, q)),
 		enqueue: fmt.Sprintf(enqueueSQL, q),
 		renew:   fmt.Sprintf(renewSQL, q),
 		dequeue: fmt.Sprintf(dequeueSQL, q),
 	}
 }
 
-// fairDriver is New with WithFIFO: TryLock (acquireSQL with fairFree) takes the
-// lock only when no one waits; Lock queues.
+// fairDriver is New's driver (both modes): TryLock takes the lock only when no one
+// waits (WithFIFO: acquireSQL with fairFree) or no one has waited the barging
+// window (bargeFree); Lock queues.
 type fairDriver struct{ *tableDriver }
 
 var _ driver.Waiter = fairDriver{}
@@ -107,6 +148,9 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	lk, err := d.TryLock(ctx, key, ttl)
 	if err == nil || !isBusy(err) {
 		return lk, driver.WaitErr(ctx, err)
+	}
+	if d.oldDefault.Load() {
+		return d.waitOld(ctx, key, ttl)
 	}
 	me, err := d.newLock(ctx, key)
 	if err != nil {
@@ -176,6 +220,42 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	}
 }
 
+// waitOld is the default mode's wait on a database without the queue's since column
+// (oldDefault): it listens for key's releases and tries again at once (a release
+// before it listened was not heard), at each release announced, and when the
+// holder's time is up; without notifications it polls. When ctx ends it returns; a
+// try cut off by ctx frees what it took (tableLock.acquire).
+func (d fairDriver) waitOld(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
+	wake, stop, err := d.Subscribe(ctx, key)
+	if err == nil {
+		defer stop()
+	}
+	for {
+		lk, err := d.TryLock(ctx, key, ttl)
+		var b *driver.BusyError
+		if !errors.As(err, &b) {
+			return lk, driver.WaitErr(ctx, err)
+		}
+		pause := b.Remaining + time.Millisecond
+		if wake == nil || b.Remaining == 0 { // no notifications, or the holder's time unknown
+			pause = pollPause(2)
+			if b.Remaining > 0 {
+				pause = min(pause, b.Remaining+time.Millisecond)
+			}
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-wake:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // pollPause is how long a queued waiter without notifications waits before it
 // looks again: often at the head, less often the further back it is.
 func pollPause(ahead int64) time.Duration {
@@ -191,7 +271,7 @@ func (d fairDriver) leave(l *tableLock, fs fairStatements, wake bool) {
 	defer cancel()
 	_, _ = d.pool.Exec(ctx, fs.dequeue, l.owner, l.key, d.hub.channel, wake)
 	if wake {
-		_, _ = d.pool.Exec(ctx, d.s.tidy, l.key, l.owner)
+		_, _ = d.pool.Exec(ctx, d.s().tidy, l.key, l.owner)
 	}
 }
 

@@ -55,7 +55,7 @@ func (h *faultHarness) Name() string { return h.name }
 // URL is how a child process opens the same backend.
 func (h *faultHarness) URL(t testing.TB) string { return h.url(h.server.Addr()) }
 
-// Waiting counts the key's waiters: the fair queue's live rows, or the sessions
+// Waiting counts the key's waiters: the queue's live rows, or the sessions
 // waiting for its advisory lock.
 func (h *faultHarness) Waiting(t testing.TB, key string) int {
 	admin := pool(t, h.server.URL(h.db))

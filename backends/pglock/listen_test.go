@@ -23,32 +23,49 @@ func TestListensOnlyWhileWaiting(t *testing.T) {
 	h := newTableHarness(t, true)
 	holder, waiter := h.NewLocker(t), h.NewLocker(t)
 	k := "listen-linger"
-	for round := range 2 {
-		ls, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k, dlock.WithTTL(time.Minute))
+	for range 2 {
+		handOff(t, h, holder, waiter, k, 0)
+		awaitListeners(t, h.admin, 0)
+	}
+}
+
+// handOff: holder takes k, waiter waits for it (listening, and with queue > 0 until
+// k's queue has that many rows), holder releases, and the waiter must be granted
+// within 10s.
+func handOff(t *testing.T, h *tableHarness, holder, waiter dlock.Locker, k string, queue int) {
+	t.Helper()
+	ls := tryAcquire(t, holder, k, dlock.WithTTL(time.Minute))
+	got := make(chan error, 1)
+	go func() {
+		lw, err := waiter.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
+		if err == nil {
+			err = lw.Release(context.Background())
+		}
+		got <- err
+	}()
+	awaitListeners(t, h.admin, 1)
+	if queue > 0 {
+		awaitQueued(t, h.admin, k, queue, 10*time.Second)
+	}
+	release(t, ls)
+	select {
+	case err := <-got:
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			lw, err := waiter.Acquire(ctxFor(t, time.Minute), k, dlock.WithTTL(time.Minute))
-			if err == nil {
-				err = lw.Release(context.Background())
-			}
-			got <- err
-		}()
-		awaitListeners(t, h.admin, 1)
-		if err := ls.Release(ctxFor(t, 10*time.Second)); err != nil {
-			t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the release within 10s")
+	}
+}
+
+// awaitQueued waits until key's queue has n live rows, failing t after within.
+func awaitQueued(t *testing.T, admin *pgxpool.Pool, key string, n int, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); queued(t, admin, key) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued after %v, want %d", queued(t, admin, key), within, n)
 		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatalf("round %d: the waiter: %v", round, err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: the waiter was not woken by the release within 10s", round)
-		}
-		awaitListeners(t, h.admin, 0)
+		time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
 	}
 }
 

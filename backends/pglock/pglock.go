@@ -13,11 +13,14 @@
 //     sets the expiry to -infinity and keeps the row (its token keeps counting), and
 //     in the same statement sends a notification (pg_notify) on the table's
 //     channel.
-//  3. Waiters listen (LISTEN, one connection per Locker, kept while it has
-//     waiters and a few seconds after) and try again when a release of their key
-//     is announced, or when the holder's time is up.
-//  4. With WithFIFO, waiters queue in a second table and the lock goes to the first
-//     live waiter only; a release wakes that waiter alone.
+//  3. Waiters queue in a second table (QueueTable) and listen (LISTEN, one
+//     connection per Locker, kept while it has waiters and a few seconds after);
+//     a release wakes the first live waiter alone, and a waiter also looks again
+//     when the holder's time is up and at each renewal of its place.
+//  4. In the default mode a caller may take a free lock ahead of waiters that
+//     queued less than 2ms ago (the barging window, by the database's clock), not
+//     ahead of one that has waited longer; with WithFIFO the lock goes to the first
+//     live waiter only.
 //
 // Client clocks never matter: every expiry is written and compared by the
 // database. Tokens count up per key in the key's row, so they survive a restart.
@@ -101,17 +104,30 @@ func WithTable(name string) Option { return func(o *options) { o.table = name } 
 // name instead of DefaultRegistry (see AdvisoryID).
 func WithRegistry(name string) Option { return func(o *options) { o.registry = name } }
 
-// WithFIFO turns the fair mode of New on or off. In the fair mode waiting Acquires
-// queue in a second table (the lock table's name + QueueSuffix, created by Migrate
-// with WithFIFO) and are granted the lock in arrival order: a TryAcquire fails
-// while anyone waits, and a holder that releases and asks again queues behind the
-// waiters. A release wakes the first live waiter alone (pg_notify). Each waiter
+// WithFIFO turns the fair mode of New on or off. In both modes waiting Acquires
+// queue in a second table (the lock table's name + QueueSuffix, created by
+// Migrate) and a release wakes the first live waiter alone (pg_notify). Each waiter
 // renews its place every third of its TTL; a waiter that stops (a crashed process)
-// no longer counts once its deadline passes by the database's clock.
+// no longer counts once its deadline passes by the database's clock. In the fair
+// mode the lock is granted in arrival order: a TryAcquire fails while anyone
+// waits, and a holder that releases and asks again queues behind the waiters. In
+// the default mode a caller (a TryAcquire, or a queued waiter) may take a free lock
+// ahead of waiters that queued less than 2ms ago — a holder that releases and asks
+// again keeps going without a hand-off while the others are only just queueing —
+// but not ahead of one that has waited longer: barging is bounded, order is not
+// promised.
 //
-// Cost uncontended: the same one statement per acquire and per release; both also
-// look the key up in the queue table's index. Clients in either mode exclude each
-// other on a key, but only the fair mode's clients keep the order.
+// Cost uncontended: the same one statement per acquire and per release in both
+// modes; both also look the key up in the queue table's index. Clients in either
+// mode exclude each other on a key, but only the fair mode's clients keep the
+// order.
+//
+// The default mode queues only on a database whose queue table has its since
+// column (Migrate makes it, and adds it to a queue table an older Migrate made for
+// the fair mode). On a database without it (Migrate not run again since an older
+// dlock) the default mode runs as it did before: no queue, every waiter listens
+// for the key's releases and tries again at each. A Locker looks once, at its
+// first lock.
 func WithFIFO(on bool) Option { return func(o *options) { o.fifo = on } }
 
 // WithMigrate makes New (or NewAdvisory) create its tables (as Migrate does) before
@@ -196,12 +212,19 @@ func checkIdent(what, name string, most int) error {
 // database server's clock, in one statement; Release and Refresh are one statement
 // each and check the owner. Tokens count up per key in the key's row, so they
 // survive server restarts; rows are never deleted (deleting one by hand restarts its
-// key's tokens at 1). Waiters wake on the release's notification (LISTEN on a
+// key's tokens at 1). Waiters queue (see WithFIFO for the two modes' order) and
+// wake on the release's notification, which names the first waiter (LISTEN on a
 // connection of the Locker's own, made from pool's configuration, kept while the
 // Locker has waiters and 5 seconds after the last), else when the holder's
-// time is up, else by the retry strategy; behind a transaction-pooling PgBouncer,
-// which cannot carry LISTEN, they poll (the Locker finds the pooler at its first
-// lock).
+// time is up or at the renewal of their place; behind a transaction-pooling
+// PgBouncer, which cannot carry LISTEN, they poll (the Locker finds the pooler at
+// its first lock). An Acquire with dlock.WithRetry does not queue: it retries
+// TryAcquire by its strategy.
+//
+// Not guaranteed either: PostgreSQL (15) signals every session of the database
+// that listens on each notification, and each reads it in a transaction of its
+// own, so a hand-off costs the server a transaction per Locker that waits at that
+// moment, however few of them it wakes (docs/backends/postgres.md).
 //
 // Not guaranteed: expiry follows the database server's clock, so a step of that
 // clock moves every expiry. A replica promoted after a failover may lack the latest
@@ -260,12 +283,14 @@ func NewAdvisory(pool *pgxpool.Pool, opts ...Option) dlock.Locker {
 // Migrate creates in the database pool connects to, if they do not exist: the lock
 // table (DefaultTable, or WithTable's), beside it the table of the semaphores and
 // read-write locks (HoldersTable), that of the elections (ElectionsTable), that of
-// the locks' holder records (OwnersTable) and, with WithFIFO(true), the fair mode's
-// queue table (QueueTable); and the advisory mode's key registry (DefaultRegistry,
-// or WithRegistry's). It is idempotent and safe to
-// run from many processes at once. It returns the database's error, wrapped, if a
-// table cannot be created (no CREATE privilege on the schema). It does not check or
-// alter an existing table.
+// the locks' holder records (OwnersTable), the waiters' queue table (QueueTable,
+// both modes); and the advisory mode's key registry (DefaultRegistry, or
+// WithRegistry's). It is idempotent and safe to run from many processes at once.
+// It returns the database's error, wrapped, if a table cannot be created (no
+// CREATE privilege on the schema). It alters one existing table only: a queue table
+// an older Migrate made without the since column gets it (ALTER TABLE, which needs
+// the table's ownership and locks it out for a moment), so that the default mode
+// can queue (see WithFIFO); it checks no other table.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	o, err := newOptions(opts)
 	if err != nil {
@@ -287,12 +312,22 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, o options) error {
 		fmt.Sprintf(createOwners, quoteIdent(OwnersTable(o.table))),
 		fmt.Sprintf(createRegistry, quoteIdent(o.registry)),
 	}
-	if o.fifo {
-		stmts = append(stmts, fmt.Sprintf(createQueue, quoteIdent(QueueTable(o.table)), quoteIdent(QueueTable(o.table)+"_key")))
-	}
+	q := QueueTable(o.table)
+	stmts = append(stmts, fmt.Sprintf(createQueue, quoteIdent(q), quoteIdent(q+"_key")))
 	for _, s := range stmts {
 		if _, err := pool.Exec(ctx, s); err != nil && !isDuplicateObject(err) {
 			return fmt.Errorf("create table: %w", err)
+		}
+	}
+	// A queue table an older Migrate made (for the fair mode) lacks since; the
+	// ALTER runs only then (it locks the table out for its duration).
+	var has bool
+	if err := pool.QueryRow(ctx, hasSinceSQL, quoteIdent(q)).Scan(&has); err != nil {
+		return fmt.Errorf("look for the queue table: %w", err)
+	}
+	if !has {
+		if _, err := pool.Exec(ctx, fmt.Sprintf(addSince, quoteIdent(q))); err != nil && !isDuplicateObject(err) {
+			return fmt.Errorf("alter table: %w", err)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,7 +91,10 @@ type tableStatements struct {
 	acquire, refresh, release, tidy, record string
 }
 
-func newTableStatements(table string, fifo bool) tableStatements {
+// newTableStatements formats the lock table's statements for table: with the
+// queue's conditions (fifo picks the fair mode's, else the default mode's barging
+// window), or, queue false, the default mode's without a queue (oldDefault).
+func newTableStatements(table string, fifo, queue bool) tableStatements {
 	t := quoteIdent(table)
 	s := tableStatements{
 		acquire: fmt.Sprintf(acquireSQL, t, "", "0::bigint"),
@@ -99,9 +103,13 @@ func newTableStatements(table string, fifo bool) tableStatements {
 		tidy:    fmt.Sprintf(tidySQL, t),
 		record:  fmt.Sprintf(recordSQL, quoteIdent(OwnersTable(table)), t),
 	}
-	if fifo {
+	if queue {
 		q := quoteIdent(QueueTable(table))
-		s.acquire = fmt.Sprintf(acquireSQL, t, fmt.Sprintf(fairFree, q), "0::bigint")
+		free := fmt.Sprintf(bargeFree, q, bargeWindow.Microseconds())
+		if fifo {
+			free = fmt.Sprintf(fairFree, q)
+		}
+		s.acquire = fmt.Sprintf(acquireSQL, t, free, "0::bigint")
 		s.release = fmt.Sprintf(releaseSQL, t, fmt.Sprintf(fairNext, q))
 	}
 	return s
@@ -111,17 +119,25 @@ func newTableStatements(table string, fifo bool) tableStatements {
 type tableDriver struct {
 	pool  *pgxpool.Pool
 	opts  options
-	s     tableStatements
-	fair  fairStatements // WithFIFO
+	queue tableStatements // with the queue's conditions (WithFIFO, or the default mode)
+	old   tableStatements // the default mode's without a queue (oldDefault)
+	fair  fairStatements  // the queue's
 	prim  primStatements
 	elect electionStatements
 	multi multiStatements
 	hub   *hub // LISTEN/NOTIFY wake-ups (listen.go)
 
+	// oldDefault: the default mode, on a database whose queue table is missing or
+	// lacks its since column (made by an older Migrate): no queue, every waiter
+	// listens for the key's releases, as before the default mode queued. Found by
+	// the first lock (ready) and kept for the Locker's life.
+	oldDefault atomic.Bool
+
 	mu       sync.Mutex // guards the fields below
 	migrated bool
 	closed   bool
 	probe    *poolerInfo // what is in front of the server; nil until the first lock
+	looked   bool        // the default mode has looked for the queue's since column
 
 	// background runs the clean-ups and holder records; Close waits for them.
 	background generic.Background
@@ -133,14 +149,20 @@ var (
 )
 
 func newTable(pool *pgxpool.Pool, o options) dlock.Locker {
-	d := &tableDriver{pool: pool, opts: o, s: newTableStatements(o.table, o.fifo), probe: o.pooler, background: generic.Background{Timeout: tidyTimeout},
+	d := &tableDriver{pool: pool, opts: o, probe: o.pooler, background: generic.Background{Timeout: tidyTimeout},
+		queue: newTableStatements(o.table, o.fifo, true), old: newTableStatements(o.table, false, false),
+		fair: newFairStatements(o.table, o.fifo),
 		prim: newPrimStatements(o.table), elect: newElectionStatements(o.table), multi: newMultiStatements(o.table)}
 	d.hub = newHub(pool.Config().ConnConfig, o.table)
-	if o.fifo {
-		d.fair = newFairStatements(o.table)
-		return dlock.New(fairDriver{d}, tableInfo)
+	return dlock.New(fairDriver{d}, tableInfo)
+}
+
+// s is the lock table's statements the Locker uses (known once ready returned).
+func (d *tableDriver) s() *tableStatements {
+	if d.oldDefault.Load() {
+		return &d.old
 	}
-	return dlock.New(d, tableInfo)
+	return &d.queue
 }
 
 // ready makes the tables (WithMigrate) and finds out what is in front of the
@@ -172,6 +194,14 @@ func (d *tableDriver) ready(ctx context.Context) error {
 		// Behind any pooler: one the probe took for pinning may still move sessions.
 		d.hub.disable(fmt.Sprintf("notifications cannot pass %s", d.probe.what()))
 	}
+	if !d.opts.fifo && !d.looked {
+		var has bool
+		if err := d.pool.QueryRow(ctx, hasSinceSQL, quoteIdent(QueueTable(d.opts.table))).Scan(&has); err != nil {
+			return fmt.Errorf("look for the queue table: %w", err)
+		}
+		d.oldDefault.Store(!has)
+		d.looked = true
+	}
 	return nil
 }
 
@@ -193,7 +223,7 @@ func (d *tableDriver) TryLock(ctx context.Context, key string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	got, _, err := lk.acquire(ctx, d.s.acquire, lk.key, lk.owner, micros(ttl))
+	got, _, err := lk.acquire(ctx, d.s().acquire, lk.key, lk.owner, micros(ttl))
 	return got, err
 }
 
@@ -320,11 +350,11 @@ func (l *tableLock) Token() uint64 { return l.token }
 func (l *tableLock) ValidFrom() time.Time { return l.validFrom }
 
 func (l *tableLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	return l.d.refreshRow(ctx, "refresh", l.d.s.refresh, l.key, l.owner, micros(ttl))
+	return l.d.refreshRow(ctx, "refresh", l.d.s().refresh, l.key, l.owner, micros(ttl))
 }
 
 func (l *tableLock) Unlock(ctx context.Context) error {
-	return l.d.releaseRow(ctx, "release", l.d.s.release, l.key, l.owner, l.d.hub.channel, keyPayload(string(l.key)))
+	return l.d.releaseRow(ctx, "release", l.d.s().release, l.key, l.owner, l.d.hub.channel, keyPayload(string(l.key)))
 }
 
 // refreshRow runs a statement that extends the life of an owned row (args name it
@@ -360,5 +390,5 @@ func (d *tableDriver) releaseRow(ctx context.Context, what, stmt string, args ..
 // once, even on a stalled network), best effort. A lock it misses (the interrupted
 // statement reached the server after it) ends at its TTL.
 func (l *tableLock) tidyUp() {
-	l.d.inBackground(func(ctx context.Context) { _, _ = l.d.pool.Exec(ctx, l.d.s.tidy, l.key, l.owner) })
+	l.d.inBackground(func(ctx context.Context) { _, _ = l.d.pool.Exec(ctx, l.d.s().tidy, l.key, l.owner) })
 }

@@ -396,13 +396,26 @@ func hostOf(cfg *pgxpool.Config) string {
 
 // ensureTables creates the lock table and its companions unless the lock table
 // (and, in the fair mode, the queue table) exists: tables an administrator created
-// in advance need no CREATE privilege.
+// in advance need no CREATE privilege. A queue table without its since column (an
+// older Migrate's, or none in the default mode) is migrated, best effort: where
+// that is not allowed the fair mode needs no since, and the default mode runs
+// without a queue (oldDefault).
 func ensureTables(ctx context.Context, pool *pgxpool.Pool, o options) error {
 	tables := []string{o.table, HoldersTable(o.table), ElectionsTable(o.table)}
 	if o.fifo {
 		tables = append(tables, QueueTable(o.table))
 	}
-	return ensure(ctx, pool, o, tables)
+	if err := ensure(ctx, pool, o, tables); err != nil {
+		return err
+	}
+	var has bool
+	if err := pool.QueryRow(ctx, hasSinceSQL, quoteIdent(QueueTable(o.table))).Scan(&has); err != nil {
+		return fmt.Errorf("pglock: table %s: %w", quoteIdent(QueueTable(o.table)), err)
+	}
+	if !has {
+		_ = Migrate(ctx, pool, optionsOf(o)...)
+	}
+	return nil
 }
 
 // ensureRegistry creates the key registry unless it exists.
@@ -428,9 +441,10 @@ func optionsOf(o options) []Option {
 	return []Option{WithTable(o.table), WithRegistry(o.registry), WithFIFO(o.fifo)}
 }
 
-// isDuplicateObject reports CREATE … IF NOT EXISTS losing a race with another
-// session creating the same object (the catalogs' unique index refuses the second).
+// isDuplicateObject reports CREATE … IF NOT EXISTS (or ADD COLUMN IF NOT EXISTS)
+// losing a race with another session creating the same object (the catalogs'
+// unique index refuses the second).
 func isDuplicateObject(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "42P07" || pe.Code == "42710" || (pe.Code == "23505" && strings.HasPrefix(pe.ConstraintName, "pg_")))
+	return errors.As(err, &pe) && (pe.Code == "42P07" || pe.Code == "42710" || pe.Code == "42701" || (pe.Code == "23505" && strings.HasPrefix(pe.ConstraintName, "pg_")))
 }
