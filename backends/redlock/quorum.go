@@ -204,8 +204,9 @@ func (r *round) givenUp() (vote, bool) {
 
 // send runs op for master i once it has a slot, and returns its outcome. It gives
 // up without sending when ctx has ended, or when it has to wait for a slot and ctx
-// ends or the round is decided first; a release (rel, pollAll) is not given up at
-// the decision but at rel.until, goes without a slot once Close has begun (so that
+// ends or the round is decided first; a release (rel, pollAll) is given up at the
+// decision only if its round was abandoned (the caller's ctx ended before the
+// outcome was known), else at rel.until, goes without a slot once Close has begun (so that
 // Close waits for one request per release, not for a queue of them), and needs no
 // slot for a master already done. When the per-node timeout ends, op's ctx ends
 // and the count gets a timeout vote, even if op does not return (go-redis only
@@ -226,7 +227,8 @@ func (d *redlockDriver) send(ctx context.Context, r *round, decided <-chan struc
 	// A free slot sends the request even when the round was decided meanwhile (a
 	// goroutine scheduled late on a loaded machine): a lost round's tie-break needs
 	// the gate's answer (tiebreak.go). Only a request that would wait for a slot is
-	// given up once the outcome is known, and never a release's (pollAll).
+	// given up once the outcome is known, and a release's (pollAll) only if its
+	// round was abandoned.
 	waited, slotted := false, true
 	select {
 	case slots <- struct{}{}:
