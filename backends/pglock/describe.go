@@ -84,7 +84,7 @@ var (
 
 // missing reports whether err says a table does not exist (undefined_table) or may
 // not be read (insufficient_privilege): a table this deployment never made (the
-// fair mode's queue, the owners table) or one the user holds no privilege on shows
+// queue table, the owners table) or one the user holds no privilege on shows
 // nothing.
 func missing(err error) bool {
 	var pe *pgconn.PgError
@@ -127,8 +127,8 @@ func left(us int64) time.Duration { return max(time.Duration(us)*time.Microsecon
 // Not guaranteed: each table is read by a statement of its own, so the parts are
 // not one snapshot; a record is written after its grant and may be missing for a
 // moment, or for good (best effort); waiters that do not queue (an Acquire with
-// dlock.WithRetry, or the default mode on a queue table without its since column)
-// are not shown.
+// dlock.WithRetry, or the default mode where the queue table lacks its since
+// column or the user's privileges on it) are not shown.
 func (d *tableDriver) Describe(ctx context.Context, key string) ([]driver.KeyState, error) {
 	t, k := d.opts.table, []byte(key)
 	var out []driver.KeyState

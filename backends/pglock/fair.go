@@ -28,8 +28,8 @@ import (
 // QueueSuffix is appended to the lock table's name to name its queue table.
 const QueueSuffix = "_queue"
 
-// QueueTable is the name of the fair mode's queue table that goes with the lock
-// table named table.
+// QueueTable is the name of the waiters' queue table (both modes of New) that goes
+// with the lock table named table.
 func QueueTable(table string) string { return table + QueueSuffix }
 
 // createQueue: seq orders the waiters (later rows get larger numbers), waiter is
@@ -54,13 +54,23 @@ const addSince = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS since timestamptz NOT 
 // column.
 const hasSinceSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'since' AND NOT attisdropped)`
 
+// queueUsableSQL reports whether the default mode can queue in the queue table
+// ($1, quoted): it exists with its since column, and the user may read, insert,
+// update and delete its rows and use its sequence. (has_table_privilege with a
+// list of privileges answers whether any is held: each is asked alone.)
+const queueUsableSQL = `SELECT COALESCE((SELECT has_table_privilege(c, 'SELECT') AND has_table_privilege(c, 'INSERT')
+  AND has_table_privilege(c, 'UPDATE') AND has_table_privilege(c, 'DELETE')
+  AND has_sequence_privilege(pg_get_serial_sequence($1, 'seq'), 'USAGE')
+  AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = c AND attname = 'since' AND NOT attisdropped)
+  FROM to_regclass($1) AS c WHERE c IS NOT NULL), false)`
+
 // bargeWindow is the default mode's barging window: a waiter that has queued this
 // long (by the database's clock) is served before anyone who asks after it.
 const bargeWindow = 2 * time.Millisecond
 
-// The conditions of a take-over in the fair mode (acquireSQL's extra condition),
-// and what a release notifies. %s is the queue table; a live waiter is one whose
-// deadline has not passed by the server's clock.
+// The conditions of a take-over with the queue (acquireSQL's extra condition), and
+// what a release notifies. %s (%[1]s) is the queue table; a live waiter is one
+// whose deadline has not passed by the server's clock.
 const (
 	// fairFree: no one waits (TryAcquire).
 	fairFree = `
@@ -72,7 +82,7 @@ const (
 	// when none is queued ($4).
 	fairNext = `COALESCE((SELECT 'w' || q.waiter::text FROM %s q
     WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() ORDER BY q.seq LIMIT 1), $4)`
-	// bargeFree: no live waiter has waited the barging window (%[2]s µs; the
+	// bargeFree: no live waiter has waited the barging window (%[2]d µs; the
 	// default mode's TryAcquire).
 	bargeFree = `
     AND NOT EXISTS (SELECT 1 FROM %[1]s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp()
@@ -108,7 +118,7 @@ func waiterPayload(owner pgtype.UUID) string {
 	return "w" + h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// fairStatements are the fair mode's statements for one table.
+// fairStatements are the queue's statements for one table.
 type fairStatements struct {
 	claim, enqueue, renew, dequeue string
 }
@@ -140,7 +150,8 @@ var _ driver.Waiter = fairDriver{}
 
 // Lock tries once; when the lock is held or others wait it joins the queue and
 // claims the lock whenever its turn may have come: woken by a release addressed to
-// it (or, mixing modes, to the key), by the holder's time running out when it is
+// it (or to the key: a release that found no one queued, or a client of an older
+// dlock version, or a set's release), by the holder's time running out when it is
 // first, and at least at every renewal of its place (every third of ttl), which
 // also catches a waiter ahead that died. When ctx ends it leaves the queue (and
 // gives back a lock granted to a request whose reply it did not wait for).

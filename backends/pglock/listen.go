@@ -11,7 +11,7 @@ import (
 
 // hub is a Locker's LISTEN connection: it listens on the lock table's channel
 // and hands each notification to the waiters subscribed to its payload (a key's
-// releases, or a fair waiter's turn). It connects on the first subscription and
+// releases, or a queued waiter's turn). It connects on the first subscription and
 // again after a failure; a reconnection wakes every waiter (a notification may
 // have been lost meanwhile). Once no one has been subscribed for listenLinger it
 // closes the connection, and the next subscription connects again: PostgreSQL

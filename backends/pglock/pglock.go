@@ -15,8 +15,8 @@
 //     channel.
 //  3. Waiters queue in a second table (QueueTable) and listen (LISTEN, one
 //     connection per Locker, kept while it has waiters and a few seconds after);
-//     a release wakes the first live waiter alone, and a waiter also looks again
-//     when the holder's time is up and at each renewal of its place.
+//     a release wakes the first live waiter alone, which also looks again when the
+//     holder's time is up; every waiter looks again at each renewal of its place.
 //  4. In the default mode a caller may take a free lock ahead of waiters that
 //     queued less than 2ms ago (the barging window, by the database's clock), not
 //     ahead of one that has waited longer; with WithFIFO the lock goes to the first
@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -124,10 +125,15 @@ func WithRegistry(name string) Option { return func(o *options) { o.registry = n
 //
 // The default mode queues only on a database whose queue table has its since
 // column (Migrate makes it, and adds it to a queue table an older Migrate made for
-// the fair mode). On a database without it (Migrate not run again since an older
-// dlock) the default mode runs as it did before: no queue, every waiter listens
-// for the key's releases and tries again at each. A Locker looks once, at its
-// first lock.
+// the fair mode) and where the user may read and write the queue table and use its
+// sequence. Elsewhere (Migrate not run again since an older dlock, or a user granted
+// only the lock table) the default mode runs as it did before: no queue, every
+// waiter listens for the key's releases and tries again at each. A Locker looks
+// once, at its first lock.
+//
+// In both modes a waiter that crashed keeps its place until its deadline (its
+// TTL): a lock freed meanwhile waits for it, and the waiters behind it are served
+// once its place has lapsed.
 func WithFIFO(on bool) Option { return func(o *options) { o.fifo = on } }
 
 // WithMigrate makes New (or NewAdvisory) create its tables (as Migrate does) before
@@ -288,9 +294,11 @@ func NewAdvisory(pool *pgxpool.Pool, opts ...Option) dlock.Locker {
 // WithRegistry's). It is idempotent and safe to run from many processes at once.
 // It returns the database's error, wrapped, if a table cannot be created (no
 // CREATE privilege on the schema). It alters one existing table only: a queue table
-// an older Migrate made without the since column gets it (ALTER TABLE, which needs
-// the table's ownership and locks it out for a moment), so that the default mode
-// can queue (see WithFIFO); it checks no other table.
+// an older Migrate made without the since column gets it, so that the default mode
+// can queue (see WithFIFO). That ALTER TABLE needs the table's ownership and its
+// exclusive lock, which it waits for at most 2 seconds (every statement on the
+// queue waits behind it meanwhile); without either it leaves the table as it is,
+// and returns no error. It checks no other table.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	o, err := newOptions(opts)
 	if err != nil {
@@ -326,11 +334,41 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, o options) error {
 		return fmt.Errorf("look for the queue table: %w", err)
 	}
 	if !has {
-		if _, err := pool.Exec(ctx, fmt.Sprintf(addSince, quoteIdent(q))); err != nil && !isDuplicateObject(err) {
+		if err := addSinceColumn(ctx, pool, q); err != nil {
 			return fmt.Errorf("alter table: %w", err)
 		}
 	}
 	return nil
+}
+
+// sinceLockTimeout bounds how long Migrate's ALTER of an older queue table waits for
+// the table's lock: meanwhile every lock's statements on the key's queue wait
+// behind it.
+const sinceLockTimeout = 2 * time.Second
+
+// addSinceColumn adds the since column to the queue table q (addSince), waiting at
+// most sinceLockTimeout for the table's lock. A lock not had in time
+// (lock_not_available) or a user that does not own the table
+// (insufficient_privilege) leaves the column missing without an error: the fair
+// mode does not need it, and the default mode runs without a queue (oldDefault)
+// until a Migrate adds it.
+func addSinceColumn(ctx context.Context, pool *pgxpool.Pool, q string) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit: nothing to do
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", sinceLockTimeout.Milliseconds())); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(addSince, quoteIdent(q))); err != nil {
+		var pe *pgconn.PgError
+		if isDuplicateObject(err) || errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "55P03") {
+			return nil
+		}
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // info is the shared Locker's description of each mode.

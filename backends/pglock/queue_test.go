@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,14 +86,16 @@ func TestReleaseWakesOne(t *testing.T) {
 // TestBargingIsBounded: in the default mode a caller may take a free lock ahead of
 // a waiter that queued less than the barging window ago, and not ahead of one that
 // has waited longer — neither by TryAcquire nor by an Acquire that queues behind
-// it. The waiter is a row of the queue table written by hand (a waiter that never
-// claims), its since set far in the future (young for good), then far in the past.
-// Shown failing with the default mode's take-over unconditioned (the holder takes
-// the lock back past the old waiter) and with it refusing every live waiter (as the
-// fair mode does: no barging past the young one).
+// it. The waiter ahead is a row of the queue table written by hand (a waiter that
+// never claims and is never woken), its since set far in the future (young for
+// good), then far in the past. Shown failing with the default mode's take-over
+// unconditioned (the holder takes the lock back past the old waiter), with it
+// refusing every live waiter as the fair mode does (no barging past the young one),
+// and with the claim unconditioned (the queued Acquire passes the old waiter).
 func TestBargingIsBounded(t *testing.T) {
 	h := newTableHarness(t, false)
 	a, b := h.NewLocker(t), h.NewLocker(t)
+	release(t, tryAcquire(t, b, "barging-warm-up")) // b's first lock looks for the pooler and the queue
 	k := "barging"
 	ls := tryAcquire(t, a, k, dlock.WithTTL(time.Minute))
 	exec := func(q string) {
@@ -106,7 +109,35 @@ func TestBargingIsBounded(t *testing.T) {
 VALUES ($1, gen_random_uuid(), statement_timestamp() + interval '1 minute', statement_timestamp() + interval '1 hour')`)
 	release(t, ls)
 	ls = tryAcquire(t, a, k, dlock.WithTTL(time.Minute)) // past a waiter inside the window
+
+	// b queues behind the young waiter; the release wakes that waiter (which never
+	// claims), and b's claim at the renewal of its place (every 100ms) passes it.
+	got := make(chan error, 1)
+	acquireB := func(within time.Duration) {
+		go func() {
+			lb, err := b.Acquire(ctxFor(t, within), k, dlock.WithTTL(300*time.Millisecond))
+			if err == nil {
+				err = lb.Release(context.Background())
+			}
+			got <- err
+		}()
+		for deadline := time.Now().Add(10 * time.Second); queued(t, h.admin, k) < 2; {
+			select {
+			case err := <-got:
+				t.Fatalf("b's Acquire ended (%v) before it was seen queued behind the waiter", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("b not queued behind the waiter after 10s")
+			}
+			time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
+		}
+	}
+	acquireB(10 * time.Second)
 	release(t, ls)
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire queued behind a waiter inside the window: %v", err)
+	}
 
 	exec(`UPDATE ` + q + ` SET since = statement_timestamp() - interval '1 second' WHERE lock_key = $1`)
 	if ls, err := a.TryAcquire(ctxFor(t, 10*time.Second), k); !errors.Is(err, dlock.ErrNotAcquired) {
@@ -115,16 +146,44 @@ VALUES ($1, gen_random_uuid(), statement_timestamp() + interval '1 minute', stat
 		}
 		t.Fatalf("TryAcquire past a waiter that waited longer than the window: %v, want ErrNotAcquired", err)
 	}
-	// An Acquire queues behind the old waiter and claims at once and at each
-	// renewal of its place (every 100ms): none of its claims may pass it.
-	if ls, err := b.Acquire(ctxFor(t, time.Second), k, dlock.WithTTL(300*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
-		if err == nil {
-			release(t, ls)
-		}
+	// Queued (seen in the table), b claims at once and at each renewal of its
+	// place: none of its claims may pass the old waiter.
+	acquireB(time.Second)
+	if err := <-got; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire queued behind a waiter that waited longer than the window: %v, want the deadline", err)
 	}
 	exec(`DELETE FROM ` + q + ` WHERE lock_key = $1`) // the waiter leaves
 	release(t, tryAcquire(t, b, k))
+}
+
+// TestDefaultModeWithoutQueuePrivileges: a lock user granted only what older docs
+// said the default mode needs (the lock table) keeps the default mode as it was —
+// no queue — instead of failing on the queue table: a release wakes its waiter at
+// once (TTL a minute). Shown failing (permission denied for the queue table) with
+// the Locker looking only for the since column.
+func TestDefaultModeWithoutQueuePrivileges(t *testing.T) {
+	h := newTableHarness(t, false)
+	role := fmt.Sprintf("lockonly%d", time.Now().UnixNano())
+	for _, q := range []string{"CREATE ROLE " + role + " LOGIN", "GRANT SELECT, INSERT, UPDATE ON " + pglock.DefaultTable + " TO " + role} {
+		if _, err := h.admin.Exec(ctxFor(t, 10*time.Second), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := url.Parse(h.admin.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	pl := pool(t, u.String())
+	holder, waiter := pglock.New(pl), pglock.New(pl)
+	t.Cleanup(func() {
+		_ = holder.Close()
+		_ = waiter.Close()
+		pl.Close()
+		_, _ = h.admin.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = h.admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	handOff(t, h, holder, waiter, "lock-table-only", 0)
 }
 
 // TestDefaultModeWithoutSince: a database whose queue table lacks the since column

@@ -49,17 +49,18 @@ const remainingExpr = `floor(extract(epoch FROM (GREATEST(expires_at, statement_
 // server's clock) or already the caller's (a retry whose first answer was lost),
 // its token then one more. It returns one row: the token (> 0)
 // when granted, else 0, the holder's remaining microseconds and the number of
-// waiters ahead (%[3]s; the fair mode's); or no row when the key's row was
+// waiters ahead (%[3]s; a queued waiter's claim); or no row when the key's row was
 // inserted by a transaction this statement's snapshot does not see (held, for an
-// unknown time). %[1]s is the table, %[2]s the extra condition of a take-over (the
-// fair mode's queue), "" for none.
+// unknown time). %[1]s is the table, %[2]s the extra condition of taking over a
+// free row (the queue's), "" for none; a row that is already the caller's is taken
+// again whatever the queue says (the caller holds it already).
 //
 // Arguments: key, owner, ttl µs (and the conditions').
 var acquireSQL = `WITH got AS (
   INSERT INTO %[1]s AS l (lock_key, owner, token, expires_at)
   VALUES ($1, $2, 1, ` + ttlExpr(3) + `)
   ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1, expires_at = EXCLUDED.expires_at
-  WHERE (l.expires_at <= statement_timestamp() OR l.owner = EXCLUDED.owner)%[2]s
+  WHERE l.owner = EXCLUDED.owner OR (l.expires_at <= statement_timestamp()%[2]s)
   RETURNING token)
 SELECT token, 0::bigint, 0::bigint FROM got
 UNION ALL
@@ -127,10 +128,11 @@ type tableDriver struct {
 	multi multiStatements
 	hub   *hub // LISTEN/NOTIFY wake-ups (listen.go)
 
-	// oldDefault: the default mode, on a database whose queue table is missing or
-	// lacks its since column (made by an older Migrate): no queue, every waiter
-	// listens for the key's releases, as before the default mode queued. Found by
-	// the first lock (ready) and kept for the Locker's life.
+	// oldDefault: the default mode, on a database whose queue table is missing,
+	// lacks its since column (made by an older Migrate) or may not be used by the
+	// user (granted only the lock table, as older docs said was enough): no queue,
+	// every waiter listens for the key's releases, as before the default mode
+	// queued. Found by the first lock (ready) and kept for the Locker's life.
 	oldDefault atomic.Bool
 
 	mu       sync.Mutex // guards the fields below
@@ -195,11 +197,11 @@ func (d *tableDriver) ready(ctx context.Context) error {
 		d.hub.disable(fmt.Sprintf("notifications cannot pass %s", d.probe.what()))
 	}
 	if !d.opts.fifo && !d.looked {
-		var has bool
-		if err := d.pool.QueryRow(ctx, hasSinceSQL, quoteIdent(QueueTable(d.opts.table))).Scan(&has); err != nil {
+		var usable bool
+		if err := d.pool.QueryRow(ctx, queueUsableSQL, quoteIdent(QueueTable(d.opts.table))).Scan(&usable); err != nil {
 			return fmt.Errorf("look for the queue table: %w", err)
 		}
-		d.oldDefault.Store(!has)
+		d.oldDefault.Store(!usable)
 		d.looked = true
 	}
 	return nil
