@@ -102,8 +102,15 @@ func questions(t testing.TB, db *sql.DB) int64 {
 // first waiter's claim (the second looks too, so that becoming first costs it no
 // extra read). With the key's row locked by another transaction, the looks of the
 // first two waiters wait for the row lock and the third waiter's reads go on: at
-// most two transactions ever wait for a lock. Shown failing (three wait) with
-// waiters that look whatever their place.
+// most two transactions ever wait for a lock. Every waiter's first look, right
+// after it queued, does not yet know its place and locks the row too: the row is
+// locked only once the server's general log shows a peek, which only a waiter
+// behind the second sends, and only after its first look (before, the test took the
+// lock as soon as the third waiter was queued, and a third waiter slow to send its
+// first look made it fail: once in a rehearsal under load, and every time with a
+// 100ms pause before a waiter's first look, which this version passes). Shown
+// failing with waiters that peek and then look anyway (three wait) and with
+// waiters that never peek (no peek seen).
 func TestWaitersBehindTheSecondDoNotLockTheRow(t *testing.T) {
 	h := newTableHarness(t, true)
 	holder := h.NewLocker(t)
@@ -130,6 +137,7 @@ func TestWaitersBehindTheSecondDoNotLockTheRow(t *testing.T) {
 			time.Sleep(time.Millisecond) // polling the server's state: there is no signal for it
 		}
 	}
+	awaitPeek(t, h.admin)
 	tx, err := h.admin.BeginTx(ctxFor(t, 10*time.Second), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -171,5 +179,46 @@ func TestWaitersBehindTheSecondDoNotLockTheRow(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// awaitPeek waits (10s at most) until the server's general log shows a peek: the
+// plain read of its place that a WithFIFO waiter behind the second sends instead of
+// a look (peekSQL, the only statement that starts with its count of the waiters
+// ahead). It turns the log on (to a table) for the wait, and off again.
+func awaitPeek(t *testing.T, admin *sql.DB) {
+	t.Helper()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.ExecContext(ctxFor(t, 10*time.Second), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var output string
+	if err := admin.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT @@GLOBAL.log_output").Scan(&output); err != nil {
+		t.Fatal(err)
+	}
+	exec("SET GLOBAL log_output = 'TABLE'")
+	exec("TRUNCATE TABLE mysql.general_log")
+	exec("SET GLOBAL general_log = 'ON'")
+	defer func() {
+		exec("SET GLOBAL general_log = 'OFF'")
+		exec("TRUNCATE TABLE mysql.general_log")
+		exec("SET GLOBAL log_output = '" + output + "'")
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		err := admin.QueryRowContext(ctxFor(t, 10*time.Second),
+			"SELECT COUNT(*) FROM mysql.general_log WHERE command_type = 'Execute' AND argument LIKE 'SELECT (SELECT COUNT(*) FROM %'").Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no waiter peeked at its place within 10s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server's state: there is no signal for it
 	}
 }
