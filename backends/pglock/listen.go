@@ -2,23 +2,26 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 )
 
 // hub is a Locker's LISTEN connection: it listens on the lock table's channel
 // and hands each notification to the waiters subscribed to its payload (a key's
 // releases, or a queued waiter's turn). It connects on the first subscription and
 // again after a failure; a reconnection wakes every waiter (a notification may
-// have been lost meanwhile). Once no one has been subscribed for listenLinger it
-// closes the connection, and the next subscription connects again: PostgreSQL
-// signals every session of the database that listens on each NOTIFY, and each
-// reads the notification queue in a transaction of its own, so a Locker that
-// waited once and listened for good would cost every release in the database a
-// transaction for as long as it lives.
+// have been lost meanwhile). PostgreSQL signals every session of the database that
+// listens at each NOTIFY, and each reads the notification queue in a transaction
+// of its own, so the hub listens only while someone is subscribed: once no one is,
+// it leaves the channel (UNLISTEN) and the connection idles, costing the server
+// nothing on other Lockers' releases; the next subscription LISTENs on it again.
+// After listenLinger without a subscription it closes the connection.
 type hub struct {
 	cfg     *pgx.ConnConfig
 	channel string
@@ -38,18 +41,42 @@ type hub struct {
 // it for idleness or closes. Its fields are guarded by the hub's mu.
 type listener struct {
 	stop     context.CancelFunc
-	ready    chan struct{} // closed once LISTEN is in force on the current connection
-	lastErr  error         // the last connection attempt's failure, nil once ready
-	attempts chan struct{} // closed (and replaced) after each failed attempt
+	ready    chan struct{}      // closed while LISTEN is in force on the current connection
+	lastErr  error              // the last connection attempt's failure, nil once ready
+	attempts chan struct{}      // closed (and replaced) after each failed attempt
+	kick     chan struct{}      // tells its goroutine the subscriptions changed (buffered)
+	halt     context.CancelFunc // interrupts its wait for a notification; nil while none runs
 }
 
-// listenLinger is how long a hub keeps its connection after its last subscription
-// ended: a Locker that waits again within it is heard at once; one that has not
-// waited for longer costs the server nothing on other Lockers' releases.
+// listenLinger is how long a hub keeps its connection (not listening) after its
+// last subscription ended: a Locker that waits again within it listens with one
+// statement instead of a new session.
 var listenLinger = 5 * time.Second
 
 func newHub(cfg *pgx.ConnConfig, channel string) *hub {
-	return &hub{cfg: cfg.Copy(), channel: channel, linger: listenLinger, subs: map[string]map[chan struct{}]struct{}{}}
+	c := cfg.Copy()
+	// The listener interrupts its own wait for a notification to LISTEN or
+	// UNLISTEN: the interruption must only stop the read (a deadline on the
+	// socket), not send the server a cancel request, which could cancel the next
+	// statement, nor close the connection.
+	c.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+	return &hub{cfg: c, channel: channel, linger: listenLinger, subs: map[string]map[chan struct{}]struct{}{}}
+}
+
+// poke tells the listener that the subscriptions changed (h.mu held).
+func (h *hub) poke() {
+	if h.cur == nil {
+		return
+	}
+	select {
+	case h.cur.kick <- struct{}{}:
+	default:
+	}
+	if h.cur.halt != nil {
+		h.cur.halt()
+	}
 }
 
 // disable turns the notifications off for good (a pooler cannot carry them):
@@ -80,7 +107,7 @@ func (h *hub) subscribe(ctx context.Context, payload string) (<-chan struct{}, f
 	}
 	if h.cur == nil {
 		lctx, cancel := context.WithCancel(context.Background())
-		h.cur = &listener{stop: cancel, ready: make(chan struct{}), attempts: make(chan struct{})}
+		h.cur = &listener{stop: cancel, ready: make(chan struct{}), attempts: make(chan struct{}), kick: make(chan struct{}, 1)}
 		h.runs.Add(1)
 		go h.run(lctx, h.cur)
 	}
@@ -90,6 +117,9 @@ func (h *hub) subscribe(ctx context.Context, payload string) (<-chan struct{}, f
 	}
 	h.subs[payload][c] = struct{}{}
 	h.n++
+	if h.n == 1 {
+		h.poke()
+	}
 	l := h.cur
 	ready, attempt := l.ready, l.attempts
 	h.mu.Unlock()
@@ -102,6 +132,7 @@ func (h *hub) subscribe(ctx context.Context, payload string) (<-chan struct{}, f
 		}
 		h.n--
 		if h.n == 0 && h.cur != nil && !h.closed {
+			h.poke() // UNLISTEN
 			cur := h.cur
 			h.idle = time.AfterFunc(h.linger, func() { h.stopIdle(cur) })
 		}
@@ -132,6 +163,11 @@ func (h *hub) stopIdle(l *listener) {
 	}
 }
 
+// errIdleLost: the connection was lost while no one was subscribed (it idled, or
+// was leaving the channel), so no notification was missed; the listener connects
+// again at once, and subscribers that came meanwhile wait for its LISTEN.
+var errIdleLost = errors.New("idle listening connection lost")
+
 // listenRetry bounds the pause between two attempts to (re)connect the listener.
 const listenRetry = time.Second
 
@@ -139,11 +175,16 @@ const listenRetry = time.Second
 func (h *hub) run(ctx context.Context, l *listener) {
 	defer h.runs.Done()
 	pause := 10 * time.Millisecond
+	again := false // a connection failed: its subscribers may have missed notifications
 	for ctx.Err() == nil {
-		err := h.listen(ctx, l)
+		err := h.listen(ctx, l, again)
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errIdleLost) {
+			continue // at once, and the waiting subscribers are not told
+		}
+		again = true
 		h.mu.Lock()
 		l.lastErr = err
 		close(l.attempts)
@@ -162,9 +203,10 @@ func (h *hub) run(ctx context.Context, l *listener) {
 	}
 }
 
-// listen connects, LISTENs and delivers notifications until the connection fails
-// (its error) or ctx ends.
-func (h *hub) listen(ctx context.Context, l *listener) error {
+// listen connects and, while anyone is subscribed, LISTENs and delivers
+// notifications, until the connection fails (its error) or ctx ends. again: an
+// earlier connection failed, so its subscribers may have missed notifications.
+func (h *hub) listen(ctx context.Context, l *listener, again bool) error {
 	c, err := pgx.ConnectConfig(ctx, h.cfg)
 	if err != nil {
 		return err
@@ -174,20 +216,74 @@ func (h *hub) listen(ctx context.Context, l *listener) error {
 		defer cancel()
 		_ = c.Close(cctx)
 	}()
-	if _, err := c.Exec(ctx, "LISTEN "+quoteIdent(h.channel)); err != nil {
-		return err
-	}
-	h.mu.Lock()
-	l.lastErr = nil
-	close(l.ready)
-	h.mu.Unlock()
-	h.wakeAll() // a release between a waiter's try and this LISTEN was not heard
+	listening, idled := false, false
 	for {
-		n, err := c.WaitForNotification(ctx)
-		if err != nil {
+		h.mu.Lock()
+		want := h.n > 0
+		if listening && !want {
+			// Not in force from here: a subscription that comes now waits for the
+			// next LISTEN.
+			l.ready = make(chan struct{})
+		}
+		h.mu.Unlock()
+		switch {
+		case want && !listening:
+			if _, err := c.Exec(ctx, "LISTEN "+quoteIdent(h.channel)); err != nil {
+				if idled {
+					return fmt.Errorf("%w: %w", errIdleLost, err)
+				}
+				return err
+			}
+			listening = true
+			h.mu.Lock()
+			l.lastErr = nil
+			close(l.ready)
+			h.mu.Unlock()
+			if again {
+				h.wakeAll() // a release while the connection was down was not heard
+				again = false
+			}
+		case !want && listening:
+			if _, err := c.Exec(ctx, "UNLISTEN "+quoteIdent(h.channel)); err != nil {
+				return fmt.Errorf("%w: %w", errIdleLost, err) // no one listened: nothing was missed
+			}
+			listening, idled = false, true
+		}
+		if !listening {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-l.kick:
+			}
+			continue
+		}
+		wctx, halt := context.WithCancel(ctx)
+		h.mu.Lock()
+		select {
+		case <-l.kick: // the subscriptions changed since they were read
+			h.mu.Unlock()
+			halt()
+			continue
+		default:
+		}
+		l.halt = halt
+		h.mu.Unlock()
+		n, err := c.WaitForNotification(wctx)
+		h.mu.Lock()
+		l.halt = nil
+		h.mu.Unlock()
+		halt()
+		if n != nil { // also with an error: received before the interruption
+			h.deliver(n.Payload)
+		}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case wctx.Err() == nil || c.IsClosed():
 			return err
 		}
-		h.deliver(n.Payload)
+		// Interrupted by poke: the connection stands; look at the subscriptions.
 	}
 }
 

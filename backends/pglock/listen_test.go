@@ -11,15 +11,17 @@ import (
 	"github.com/dlock-go/dlock/backends/pglock"
 )
 
-// TestListensOnlyWhileWaiting: a Locker keeps its listening session while it has
-// waiters and for a while after (the linger, 100ms here), then closes it —
-// PostgreSQL signals every listening session of the database on each NOTIFY, and
-// each spends a transaction on it, so a session kept for good taxes every release
-// in the database. A later waiter listens again and its turn's notification still
-// wakes it: with a TTL of a minute nothing else would within the test's bound.
-// Shown failing (the session stays) with the linger at an hour.
+// TestListensOnlyWhileWaiting: a Locker's session listens while the Locker has
+// waiters and leaves the channel (UNLISTEN) as soon as it has none, though it
+// keeps the connection (for the linger, an hour here) — PostgreSQL signals every
+// listening session of the database on each NOTIFY, and each spends a transaction
+// on it, so a session that kept listening would tax every release in the
+// database. A later waiter listens again on the same connection and its turn's
+// notification still wakes it: with a TTL of a minute nothing else would within
+// the test's bound. Shown failing (the session stays listening) with the hub
+// leaving the channel only when it closes the connection.
 func TestListensOnlyWhileWaiting(t *testing.T) {
-	defer pglock.SetListenLinger(100 * time.Millisecond)()
+	defer pglock.SetListenLinger(time.Hour)()
 	h := newTableHarness(t, true)
 	holder, waiter := h.NewLocker(t), h.NewLocker(t)
 	k := "listen-linger"
