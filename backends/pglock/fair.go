@@ -82,6 +82,11 @@ const (
 	// when none is queued ($4).
 	fairNext = `COALESCE((SELECT 'w' || q.waiter::text FROM %s q
     WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() ORDER BY q.seq LIMIT 1), $4)`
+	// fairMoved: with live waiters queued, also announce that the queue moves (to
+	// far waiters that wait for it: movedPayload); appended to the release's
+	// notification, whose text it extends by nothing.
+	fairMoved = ` || COALESCE((SELECT pg_notify($3, 'm' || $4)::text FROM %s q
+    WHERE q.lock_key = $1 AND q.deadline > statement_timestamp() LIMIT 1), '')`
 	// bargeFree: no live waiter has waited the barging window (%[2]d µs; the
 	// default mode's TryAcquire).
 	bargeFree = `
@@ -98,8 +103,10 @@ const (
 
 // The queue's statements. %s is the queue table.
 const (
-	// enqueueSQL: arguments key, waiter, waiter TTL µs; returns the seq.
-	enqueueSQL = `INSERT INTO %s (lock_key, waiter, deadline) VALUES ($1, $2, ` + "statement_timestamp() + $3::bigint * interval '1 microsecond'" + `) RETURNING seq`
+	// enqueueSQL: arguments key, waiter, waiter TTL µs; returns the seq and how
+	// many live waiters of the key were queued already (ahead of it).
+	enqueueSQL = `INSERT INTO %[1]s (lock_key, waiter, deadline) VALUES ($1, $2, ` + "statement_timestamp() + $3::bigint * interval '1 microsecond'" + `)
+RETURNING seq, (SELECT count(*) FROM %[1]s q WHERE q.lock_key = $1 AND q.deadline > statement_timestamp())`
 	// renewSQL: arguments waiter, waiter TTL µs.
 	renewSQL = `UPDATE %s SET deadline = statement_timestamp() + $2::bigint * interval '1 microsecond' WHERE waiter = $1`
 	// dequeueSQL drops the waiter's row and the key's rows whose deadline passed,
@@ -149,12 +156,22 @@ type fairDriver struct{ *tableDriver }
 var _ driver.Waiter = fairDriver{}
 
 // Lock tries once; when the lock is held or others wait it joins the queue and
-// claims the lock whenever its turn may have come: woken by a release addressed to
-// it (or to the key: a release that found no one queued, or a client of an older
-// dlock version, or a set's release), by the holder's time running out when it is
-// first, and at least at every renewal of its place (every third of ttl), which
-// also catches a waiter ahead that died. When ctx ends it leaves the queue (and
-// gives back a lock granted to a request whose reply it did not wait for).
+// claims the lock whenever its turn may have come. A waiter near the head (fewer
+// than nearHead live waiters ahead) listens: it is woken by a release addressed
+// to it (or to the key: a release that found no one queued, or a client of an
+// older dlock version, or a set's release), by the holder's time running out when
+// it is first, and at least at every renewal of its place (every third of ttl),
+// which also catches a waiter ahead that died. A waiter further back does not
+// listen while the queue moves fast — PostgreSQL signals every listening session
+// at each NOTIFY, so waiters that all listened would cost the server a
+// transaction each per hand-off — but looks again when the queue should have
+// brought it near, at the pace the queue has moved (pacer). Once the queue has
+// stood still for standMin (long holds) it listens after all, as a near waiter
+// does, and times the queue's moves (a release with waiters queued announces one:
+// movedPayload); it looks and paces again once they come faster than standMin/4
+// apart. A Locker whose last far waiter listened so has its next one listen from
+// the start. When ctx ends it leaves the queue (and gives back a lock granted to
+// a request whose reply it did not wait for).
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
 	lk, err := d.TryLock(ctx, key, ttl)
 	if err == nil || !isBusy(err) {
@@ -168,41 +185,75 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 		return nil, err
 	}
 	fs := d.fair
-	// Listen before queueing: a release after the enqueue is heard.
-	var wake, keyWake <-chan struct{}
-	if w, stop, err := d.hub.subscribe(ctx, waiterPayload(me.owner)); err == nil {
-		defer stop()
-		wake = w
-	}
-	if w, stop, err := d.hub.subscribe(ctx, keyPayload(key)); err == nil {
-		defer stop()
-		keyWake = w
-	}
 	us := micros(ttl)
-	var seq int64
-	if err := d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq); err != nil {
+	renewEvery := max(ttl/3, time.Millisecond)
+	renewAt := time.Now().Add(renewEvery)
+	ears := turnEars{h: d.hub, key: key, owner: me.owner, wait: min(renewEvery, time.Second)}
+	defer ears.shut()
+	// counting: far back, listening as if near (the queue moves slowly, so the
+	// listening costs little) and timing the queue's moves. A Locker whose last
+	// far waiter counted starts so, listening before it queues.
+	counting := d.slowQueue.Load() && ears.listen(ctx, true)
+	var seq, ahead int64
+	if err := d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq, &ahead); err != nil {
 		d.leave(me, fs, true)
 		return nil, driver.WaitErr(ctx, fmt.Errorf("join the queue: %w", err))
 	}
-	renewEvery := max(ttl/3, time.Millisecond)
-	renewAt := time.Now().Add(renewEvery)
+	pace := newPacer(time.Now(), ahead)
+	if counting {
+		pace.counting()
+	}
+	var remaining time.Duration
+	look := ahead < nearHead // far back: wait before the first look
 	for {
-		got, ahead, err := me.acquire(ctx, fs.claim, me.key, me.owner, us, me.owner, seq)
-		var busy *driver.BusyError
-		if !errors.As(err, &busy) {
-			// Leave the queue whatever the claim answered; a granted lock is ours.
-			d.leave(me, fs, err != nil)
-			if err != nil {
-				return nil, driver.WaitErr(ctx, err)
+		if look {
+			// Near the head, or expected to be by now: listen before the look, so
+			// that a turn announced after it is heard.
+			if !ears.on && (ahead < nearHead || pace.expect(time.Now()) < nearHead/2) {
+				ears.listen(ctx, false)
 			}
-			return got, nil
+			got, n, err := me.acquire(ctx, fs.claim, me.key, me.owner, us, me.owner, seq)
+			var busy *driver.BusyError
+			if !errors.As(err, &busy) {
+				// Leave the queue whatever the claim answered; a granted lock is ours.
+				d.leave(me, fs, err != nil)
+				if err != nil {
+					return nil, driver.WaitErr(ctx, err)
+				}
+				return got, nil
+			}
+			now := time.Now()
+			listened := ears.on
+			ahead, remaining = n, busy.Remaining
+			pace.saw(ahead, now)
+			switch {
+			case ahead < nearHead:
+				if !listened && ears.listen(ctx, false) {
+					continue // came near: listen, then look again
+				}
+			case counting && pace.fast():
+				counting = false
+				d.slowQueue.Store(false)
+				ears.shut() // the queue moves fast again: pace
+			case counting:
+			case pace.standing(now):
+				if ears.listen(ctx, true) {
+					counting = true
+					d.slowQueue.Store(true)
+					pace.counting()
+					continue // listen, then look again
+				}
+			default:
+				ears.shut() // far back, the queue moving: no notifications
+			}
 		}
-		remaining := busy.Remaining
+		look = true
 		if time.Now().After(renewAt) {
 			renewAt = time.Now().Add(renewEvery)
 			tag, err := d.pool.Exec(ctx, fs.renew, me.owner, us)
 			if err == nil && tag.RowsAffected() == 0 { // dropped (it did not renew in time): queue again
-				err = d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq)
+				err = d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq, &ahead)
+				pace.saw(ahead, time.Now())
 			}
 			if err != nil {
 				d.leave(me, fs, true)
@@ -210,17 +261,23 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 			}
 		}
 		pause := time.Until(renewAt)
+		switch {
+		case ahead >= nearHead && !counting:
+			pause = min(pause, pace.pause(ahead))
+		case !ears.on: // no notifications (off behind a pooler, or failed this time): poll
+			pause = min(pause, pollPause(ahead))
+		}
 		if ahead == 0 && remaining > 0 {
 			pause = min(pause, remaining+time.Millisecond) // expiry is not announced
-		}
-		if wake == nil { // no notifications: poll
-			pause = min(pause, pollPause(ahead))
 		}
 		t := time.NewTimer(max(pause, time.Millisecond))
 		select {
 		case <-t.C:
-		case <-wake:
-		case <-keyWake:
+		case <-ears.turn:
+		case <-ears.keyTurn:
+		case <-ears.moves:
+			// A move: counting, look (to pace again) only once they come fast.
+			look = counting && pace.count(time.Now())
 		case <-ctx.Done():
 		}
 		t.Stop()
@@ -229,6 +286,163 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// nearHead: a queued waiter with fewer live waiters than this ahead of it listens
+// for its turn; one further back paces its looks. The waiters near the head are
+// the slack for a far waiter's pace: the queue must move nearHead places faster
+// than it did for a waiter to find its turn come while it was not listening.
+const nearHead = 10
+
+// movedPayload is the notification payload that announces a release of key's
+// lock while waiters are queued: the queue moves. Waiters far back listen for it
+// while the queue moves slowly; its own expression in SQL is 'm' || $4.
+func movedPayload(key string) string { return "m" + keyPayload(key) }
+
+// turnEars are a queued waiter's subscriptions: to its turn and to its key's
+// releases, and while it counts them, to the queue's moves. They cost the server
+// the same whichever payloads they name: PostgreSQL signals a listening session
+// at every notification on the channel.
+type turnEars struct {
+	h     *hub
+	key   string
+	owner pgtype.UUID
+	wait  time.Duration // how long a subscription may take before the waiter polls instead
+
+	on                   bool // subscribed
+	turn, keyTurn, moves <-chan struct{}
+	stops                []func()
+}
+
+// listen subscribes to the turn and the key's releases, and with moves to the
+// queue's moves too, unless it is already; it reports whether the waiter listens.
+// A subscription that fails (notifications off behind a pooler, or the listening
+// connection not ready within wait) leaves the waiter to poll until it tries again.
+func (e *turnEars) listen(ctx context.Context, moves bool) bool {
+	if e.on && (e.moves != nil || !moves) {
+		return true
+	}
+	sctx, cancel := context.WithTimeout(ctx, e.wait)
+	defer cancel()
+	sub := func(payload string) <-chan struct{} {
+		w, stop, err := e.h.subscribe(sctx, payload)
+		if err != nil {
+			return nil
+		}
+		e.stops = append(e.stops, stop)
+		return w
+	}
+	if !e.on {
+		if e.turn = sub(waiterPayload(e.owner)); e.turn == nil {
+			e.shut()
+			return false
+		}
+		e.on = true
+		e.keyTurn = sub(keyPayload(e.key))
+	}
+	if moves {
+		if e.moves = sub(movedPayload(e.key)); e.moves == nil {
+			e.shut()
+			return false
+		}
+	}
+	return true
+}
+
+// shut ends the subscriptions (the hub leaves the channel once no waiter of its
+// Locker listens).
+func (e *turnEars) shut() {
+	for _, stop := range e.stops {
+		stop()
+	}
+	e.on, e.turn, e.keyTurn, e.moves, e.stops = false, nil, nil, nil, nil
+}
+
+// pacer paces a waiter far back in the queue by how fast the queue moves: it
+// sleeps paceShare of the time the queue should take to bring it halfway into
+// the waiters near the head, so it looks a few times while it moves up and comes
+// near, where it listens, well before its turn. The time per hand-off is this
+// wait's own estimate: measured between its looks that found the queue moved
+// (over the interval since the look before, so a standstill before that look does
+// not count), or between the moves it heard while it listened; too long an
+// estimate has the waiter sleep through its turn (the queue stalls until it
+// looks), too short one costs a look, so one look's measure at most halves it or
+// raises it by an eighth. The queue stands when two looks in a row found it where
+// it was and it has not moved for standMin.
+type pacer struct {
+	per   time.Duration // the time per hand-off, as estimated
+	look  time.Time     // the last look (or the enqueue)
+	ahead int64         // what it found
+	moved time.Time     // when a look last found the queue moved (or the waiter queued)
+	stuck bool          // the last look found the queue where the one before did
+	heard time.Time     // the last move heard while listening; zero: none yet
+}
+
+const (
+	// paceShare is the share of the time the queue should take to bring a far
+	// waiter halfway into the waiters near the head that it sleeps.
+	paceShare = 0.8
+	// maxQueuePause bounds a far waiter's pause: a turn that came sooner than
+	// the pace said (waiters ahead left) waits that long at most.
+	maxQueuePause = 256 * time.Millisecond
+	// standMin: how long the queue must not have moved for a far waiter to listen;
+	// a listening far waiter goes back to pacing when the moves come faster than a
+	// quarter of it apart.
+	standMin = 50 * time.Millisecond
+)
+
+func newPacer(now time.Time, ahead int64) pacer {
+	return pacer{per: time.Millisecond, look: now, ahead: ahead, moved: now}
+}
+
+// saw records a look that found ahead waiters ahead at now.
+func (p *pacer) saw(ahead int64, now time.Time) {
+	switch {
+	case ahead < p.ahead:
+		m := now.Sub(p.look) / time.Duration(p.ahead-ahead)
+		p.per = max(min(m, p.per+p.per/8), p.per/2, time.Microsecond)
+		p.moved, p.stuck = now, false
+	case ahead == p.ahead:
+		p.stuck = true
+	default: // queued again, further back
+		p.moved, p.stuck = now, false
+	}
+	p.look, p.ahead = now, ahead
+}
+
+// counting starts timing the moves heard: the queue stood still, so it is taken
+// to move slowly until the moves heard say otherwise.
+func (p *pacer) counting() {
+	p.per, p.heard = max(p.per, standMin), time.Time{}
+}
+
+// count records a move heard at now and reports whether the moves come fast
+// enough again for pacing.
+func (p *pacer) count(now time.Time) bool {
+	if !p.heard.IsZero() {
+		p.per = max((3*p.per+now.Sub(p.heard))/4, time.Microsecond)
+	}
+	p.heard = now
+	return p.fast()
+}
+
+// standing reports whether the queue stands still.
+func (p *pacer) standing(now time.Time) bool {
+	return p.stuck && now.Sub(p.moved) > standMin
+}
+
+// fast reports whether the queue moves fast enough again for pacing.
+func (p *pacer) fast() bool { return p.per < standMin/4 }
+
+// expect is how many waiters should be ahead at now, at the pace.
+func (p *pacer) expect(now time.Time) int64 {
+	return p.ahead - int64(now.Sub(p.look)/p.per)
+}
+
+// pause is how long a waiter with ahead waiters ahead waits before it looks.
+func (p *pacer) pause(ahead int64) time.Duration {
+	far := float64(ahead - nearHead/2)
+	return min(max(time.Duration(paceShare*far*float64(p.per)), time.Millisecond), maxQueuePause)
 }
 
 // waitOld is the default mode's wait on a database without the queue's since column

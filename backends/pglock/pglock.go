@@ -13,10 +13,12 @@
 //     sets the expiry to -infinity and keeps the row (its token keeps counting), and
 //     in the same statement sends a notification (pg_notify) on the table's
 //     channel.
-//  3. Waiters queue in a second table (QueueTable) and listen (LISTEN, one
-//     connection per Locker, kept while it has waiters and a few seconds after);
-//     a release wakes the first live waiter alone, which also looks again when the
-//     holder's time is up; every waiter looks again at each renewal of its place.
+//  3. Waiters queue in a second table (QueueTable); the ten nearest the head
+//     listen (LISTEN, one connection per Locker, on the channel while it has
+//     listening waiters), those further back look again at the pace the queue
+//     moves, or listen too while it moves slowly; a release wakes the first live
+//     waiter alone, which also looks again when the holder's time is up; every
+//     waiter looks again at each renewal of its place.
 //  4. In the default mode a caller may take a free lock ahead of waiters that
 //     queued less than 2ms ago (the barging window, by the database's clock), not
 //     ahead of one that has waited longer; with WithFIFO the lock goes to the first
@@ -220,17 +222,22 @@ func checkIdent(what, name string, most int) error {
 // survive server restarts; rows are never deleted (deleting one by hand restarts its
 // key's tokens at 1). Waiters queue (see WithFIFO for the two modes' order) and
 // wake on the release's notification, which names the first waiter (LISTEN on a
-// connection of the Locker's own, made from pool's configuration, kept while the
-// Locker has waiters and 5 seconds after the last), else when the holder's
-// time is up or at the renewal of their place; behind a transaction-pooling
+// connection of the Locker's own, made from pool's configuration, on the channel
+// while the Locker has waiters near the head, and kept 5 seconds after the last),
+// else when the holder's time is up or at the renewal of their place; waiters
+// further back than the tenth look again at the pace the queue moves (at most
+// 256ms apart), and listen as the near ones do once it has stood still for 50ms,
+// until it moves fast again; behind a transaction-pooling
 // PgBouncer, which cannot carry LISTEN, they poll (the Locker finds the pooler at
 // its first lock). An Acquire with dlock.WithRetry does not queue: it retries
 // TryAcquire by its strategy.
 //
 // Not guaranteed either: PostgreSQL (15) signals every session of the database
 // that listens on each notification, and each reads it in a transaction of its
-// own, so a hand-off costs the server a transaction per Locker that waits at that
-// moment, however few of them it wakes (docs/backends/postgres.md).
+// own, so a hand-off costs the server a transaction per Locker that listens at
+// that moment (its waiters near the head, and while the queue moves slowly those
+// further back), however few of them it wakes, and the waiters further back a few
+// looks each while they move up (docs/backends/postgres.md).
 //
 // Not guaranteed: expiry follows the database server's clock, so a step of that
 // clock moves every expiry. A replica promoted after a failover may lack the latest

@@ -72,12 +72,13 @@ var refreshSQL = `UPDATE %s SET expires_at = ` + ttlExpr(3) + `
 WHERE lock_key = $1 AND owner = $2 AND expires_at > statement_timestamp()`
 
 // releaseSQL frees the lock if it is ours and reports whether it was still live,
-// and announces the release on the channel (%[2]s: the payload, see notifyPayload).
-// No row: not ours. Arguments: key, owner, channel, payload.
+// and announces the release on the channel (%[2]s: the payload, see notifyPayload;
+// %[3]s: what adds a second announcement, or nothing). No row: not ours.
+// Arguments: key, owner, channel, payload.
 const releaseSQL = `UPDATE %[1]s AS l SET expires_at = '-infinity'
 FROM (SELECT expires_at AS was FROM %[1]s WHERE lock_key = $1 AND owner = $2) o
 WHERE l.lock_key = $1 AND l.owner = $2
-RETURNING o.was > statement_timestamp(), pg_notify($3, %[2]s)::text`
+RETURNING o.was > statement_timestamp(), pg_notify($3, %[2]s)::text%[3]s`
 
 // tidySQL frees the lock if it is still ours, expired or not: the clean-up after an
 // interrupted acquire. Arguments: key, owner.
@@ -100,7 +101,7 @@ func newTableStatements(table string, fifo, queue bool) tableStatements {
 	s := tableStatements{
 		acquire: fmt.Sprintf(acquireSQL, t, "", "0::bigint"),
 		refresh: fmt.Sprintf(refreshSQL, t),
-		release: fmt.Sprintf(releaseSQL, t, "$4"),
+		release: fmt.Sprintf(releaseSQL, t, "$4", ""),
 		tidy:    fmt.Sprintf(tidySQL, t),
 		record:  fmt.Sprintf(recordSQL, quoteIdent(OwnersTable(table)), t),
 	}
@@ -111,7 +112,7 @@ func newTableStatements(table string, fifo, queue bool) tableStatements {
 			free = fmt.Sprintf(fairFree, q)
 		}
 		s.acquire = fmt.Sprintf(acquireSQL, t, free, "0::bigint")
-		s.release = fmt.Sprintf(releaseSQL, t, fmt.Sprintf(fairNext, q))
+		s.release = fmt.Sprintf(releaseSQL, t, fmt.Sprintf(fairNext, q), fmt.Sprintf(fairMoved, q))
 	}
 	return s
 }
@@ -134,6 +135,10 @@ type tableDriver struct {
 	// every waiter listens for the key's releases, as before the default mode
 	// queued. Found by the first lock (ready) and kept for the Locker's life.
 	oldDefault atomic.Bool
+
+	// slowQueue: this Locker's last waiter far back in a queue found it moving
+	// slowly and listened (fair.go); the next one listens from the start.
+	slowQueue atomic.Bool
 
 	mu       sync.Mutex // guards the fields below
 	migrated bool
