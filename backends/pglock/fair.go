@@ -168,8 +168,8 @@ var _ driver.Waiter = fairDriver{}
 // brought it near, at the pace the queue has moved (pacer). Once the queue has
 // stood still for standMin (long holds) it listens after all, as a near waiter
 // does, and times the queue's moves (a release with waiters queued announces one:
-// movedPayload); it looks and paces again once they come faster than standMin/4
-// apart. A Locker whose last far waiter listened so has its next one listen from
+// movedPayload); it looks and paces again once they come faster than standMin/2
+// apart. A Locker whose last waiter listened so has its next one listen from
 // the start. When ctx ends it leaves the queue (and gives back a lock granted to
 // a request whose reply it did not wait for).
 func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (driver.Lock, error) {
@@ -206,7 +206,7 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 	var remaining time.Duration
 	look := ahead < nearHead // far back: wait before the first look
 	for {
-		if look {
+		if look || !time.Now().Before(renewAt) { // at each renewal at least
 			// Near the head, or expected to be by now: listen before the look, so
 			// that a turn announced after it is heard.
 			if !ears.on && (ahead < nearHead || pace.expect(time.Now()) < nearHead/2) {
@@ -228,6 +228,10 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 			pace.saw(ahead, now)
 			switch {
 			case ahead < nearHead:
+				if counting { // near now: it waits for its turn, moves or not
+					counting = false
+					d.slowQueue.Store(!pace.fast())
+				}
 				if !listened && ears.listen(ctx, false) {
 					continue // came near: listen, then look again
 				}
@@ -252,8 +256,10 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 			renewAt = time.Now().Add(renewEvery)
 			tag, err := d.pool.Exec(ctx, fs.renew, me.owner, us)
 			if err == nil && tag.RowsAffected() == 0 { // dropped (it did not renew in time): queue again
-				err = d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq, &ahead)
-				pace.saw(ahead, time.Now())
+				if err = d.pool.QueryRow(ctx, fs.enqueue, me.key, me.owner, us).Scan(&seq, &ahead); err == nil {
+					pace.saw(ahead, time.Now())
+					continue // look at once from the new place
+				}
 			}
 			if err != nil {
 				d.leave(me, fs, true)
@@ -276,7 +282,8 @@ func (d fairDriver) Lock(ctx context.Context, key string, ttl time.Duration) (dr
 		case <-ears.turn:
 		case <-ears.keyTurn:
 		case <-ears.moves:
-			// A move: counting, look (to pace again) only once they come fast.
+			// A move: counting far back, look (to pace again) only once they come
+			// fast; near the head, wait for the turn.
 			look = counting && pace.count(time.Now())
 		case <-ctx.Done():
 		}
@@ -309,7 +316,8 @@ type turnEars struct {
 	owner pgtype.UUID
 	wait  time.Duration // how long a subscription may take before the waiter polls instead
 
-	on                   bool // subscribed
+	on                   bool      // subscribed
+	retryAt              time.Time // after a failed subscription, the waiter polls until then
 	turn, keyTurn, moves <-chan struct{}
 	stops                []func()
 }
@@ -317,36 +325,39 @@ type turnEars struct {
 // listen subscribes to the turn and the key's releases, and with moves to the
 // queue's moves too, unless it is already; it reports whether the waiter listens.
 // A subscription that fails (notifications off behind a pooler, or the listening
-// connection not ready within wait) leaves the waiter to poll until it tries again.
+// connection not ready within wait) leaves the waiter unsubscribed, polling, and
+// not trying again for wait.
 func (e *turnEars) listen(ctx context.Context, moves bool) bool {
 	if e.on && (e.moves != nil || !moves) {
 		return true
 	}
+	if time.Now().Before(e.retryAt) {
+		return false
+	}
 	sctx, cancel := context.WithTimeout(ctx, e.wait)
 	defer cancel()
+	ok := true
 	sub := func(payload string) <-chan struct{} {
 		w, stop, err := e.h.subscribe(sctx, payload)
 		if err != nil {
+			ok = false
 			return nil
 		}
 		e.stops = append(e.stops, stop)
 		return w
 	}
 	if !e.on {
-		if e.turn = sub(waiterPayload(e.owner)); e.turn == nil {
-			e.shut()
-			return false
-		}
+		e.turn, e.keyTurn = sub(waiterPayload(e.owner)), sub(keyPayload(e.key))
 		e.on = true
-		e.keyTurn = sub(keyPayload(e.key))
 	}
-	if moves {
-		if e.moves = sub(movedPayload(e.key)); e.moves == nil {
-			e.shut()
-			return false
-		}
+	if moves && ok {
+		e.moves = sub(movedPayload(e.key))
 	}
-	return true
+	if !ok {
+		e.shut()
+		e.retryAt = time.Now().Add(e.wait)
+	}
+	return ok
 }
 
 // shut ends the subscriptions (the hub leaves the channel once no waiter of its
@@ -367,14 +378,14 @@ func (e *turnEars) shut() {
 // not count), or between the moves it heard while it listened; too long an
 // estimate has the waiter sleep through its turn (the queue stalls until it
 // looks), too short one costs a look, so one look's measure at most halves it or
-// raises it by an eighth. The queue stands when two looks in a row found it where
-// it was and it has not moved for standMin.
+// raises it by an eighth. The queue stands when a look found it where the look
+// before (or the enqueue) did and it has not moved for standMin.
 type pacer struct {
 	per   time.Duration // the time per hand-off, as estimated
 	look  time.Time     // the last look (or the enqueue)
 	ahead int64         // what it found
 	moved time.Time     // when a look last found the queue moved (or the waiter queued)
-	stuck bool          // the last look found the queue where the one before did
+	stuck bool          // the last look found the queue where the one before (or the enqueue) did
 	heard time.Time     // the last move heard while listening; zero: none yet
 }
 
@@ -386,8 +397,8 @@ const (
 	// the pace said (waiters ahead left) waits that long at most.
 	maxQueuePause = 256 * time.Millisecond
 	// standMin: how long the queue must not have moved for a far waiter to listen;
-	// a listening far waiter goes back to pacing when the moves come faster than a
-	// quarter of it apart.
+	// a listening far waiter goes back to pacing when the moves come faster than
+	// half of it apart.
 	standMin = 50 * time.Millisecond
 )
 
@@ -432,7 +443,7 @@ func (p *pacer) standing(now time.Time) bool {
 }
 
 // fast reports whether the queue moves fast enough again for pacing.
-func (p *pacer) fast() bool { return p.per < standMin/4 }
+func (p *pacer) fast() bool { return p.per < standMin/2 }
 
 // expect is how many waiters should be ahead at now, at the pace.
 func (p *pacer) expect(now time.Time) int64 {

@@ -163,6 +163,17 @@ func (h *hub) stopIdle(l *listener) {
 	}
 }
 
+// listenTimeout bounds a LISTEN or UNLISTEN.
+const listenTimeout = 5 * time.Second
+
+// execFor runs sql on c, for listenTimeout at most.
+func execFor(ctx context.Context, c *pgx.Conn, sql string) error {
+	ctx, cancel := context.WithTimeout(ctx, listenTimeout)
+	defer cancel()
+	_, err := c.Exec(ctx, sql)
+	return err
+}
+
 // errIdleLost: the connection was lost while no one was subscribed (it idled, or
 // was leaving the channel), so no notification was missed; the listener connects
 // again at once, and subscribers that came meanwhile wait for its LISTEN.
@@ -177,7 +188,7 @@ func (h *hub) run(ctx context.Context, l *listener) {
 	pause := 10 * time.Millisecond
 	again := false // a connection failed: its subscribers may have missed notifications
 	for ctx.Err() == nil {
-		err := h.listen(ctx, l, again)
+		err := h.listen(ctx, l, &again)
 		if ctx.Err() != nil {
 			return
 		}
@@ -204,9 +215,11 @@ func (h *hub) run(ctx context.Context, l *listener) {
 }
 
 // listen connects and, while anyone is subscribed, LISTENs and delivers
-// notifications, until the connection fails (its error) or ctx ends. again: an
-// earlier connection failed, so its subscribers may have missed notifications.
-func (h *hub) listen(ctx context.Context, l *listener, again bool) error {
+// notifications, until the connection fails (its error) or ctx ends. *again: an
+// earlier connection failed, so its subscribers may have missed notifications;
+// the first LISTEN wakes them all, and clears it. LISTEN and UNLISTEN may take
+// listenTimeout at most (a connection that went dead while it idled).
+func (h *hub) listen(ctx context.Context, l *listener, again *bool) error {
 	c, err := pgx.ConnectConfig(ctx, h.cfg)
 	if err != nil {
 		return err
@@ -228,7 +241,7 @@ func (h *hub) listen(ctx context.Context, l *listener, again bool) error {
 		h.mu.Unlock()
 		switch {
 		case want && !listening:
-			if _, err := c.Exec(ctx, "LISTEN "+quoteIdent(h.channel)); err != nil {
+			if err := execFor(ctx, c, "LISTEN "+quoteIdent(h.channel)); err != nil {
 				if idled {
 					return fmt.Errorf("%w: %w", errIdleLost, err)
 				}
@@ -239,12 +252,12 @@ func (h *hub) listen(ctx context.Context, l *listener, again bool) error {
 			l.lastErr = nil
 			close(l.ready)
 			h.mu.Unlock()
-			if again {
+			if *again {
 				h.wakeAll() // a release while the connection was down was not heard
-				again = false
+				*again = false
 			}
 		case !want && listening:
-			if _, err := c.Exec(ctx, "UNLISTEN "+quoteIdent(h.channel)); err != nil {
+			if err := execFor(ctx, c, "UNLISTEN "+quoteIdent(h.channel)); err != nil {
 				return fmt.Errorf("%w: %w", errIdleLost, err) // no one listened: nothing was missed
 			}
 			listening, idled = false, true
@@ -255,6 +268,7 @@ func (h *hub) listen(ctx context.Context, l *listener, again bool) error {
 				return ctx.Err()
 			case <-l.kick:
 			}
+			idled = true // whatever happened to the connection meanwhile, no one listened
 			continue
 		}
 		wctx, halt := context.WithCancel(ctx)

@@ -223,7 +223,7 @@ func checkIdent(what, name string, most int) error {
 // key's tokens at 1). Waiters queue (see WithFIFO for the two modes' order) and
 // wake on the release's notification, which names the first waiter (LISTEN on a
 // connection of the Locker's own, made from pool's configuration, on the channel
-// while the Locker has waiters near the head, and kept 5 seconds after the last),
+// while the Locker has listening waiters, and kept 5 seconds after the last),
 // else when the holder's time is up or at the renewal of their place; waiters
 // further back than the tenth look again at the pace the queue moves (at most
 // 256ms apart), and listen as the near ones do once it has stood still for 50ms,
