@@ -1040,3 +1040,95 @@ func TestCloseWaitsForWaiters(t *testing.T) {
 		NoGrantCheck: true,
 	})
 }
+
+// TestHandOffNeedsNoListing: the waiter next in line takes the lock when the
+// deletion of its predecessor reaches it, without listing the directory again; a
+// waiter whose predecessor was not the holder looks again. Taking the right to
+// list the directory away (its ACL loses READ) once the waiters are watching makes
+// any listing fail: the hand-off succeeds all the same (with a listing after every
+// deletion, it fails), and a waiter whose predecessor left the queue while the
+// holder holds is not granted (with a grant at every deletion of the watched
+// node, it is).
+func TestHandOffNeedsNoListing(t *testing.T) {
+	z := servertest.ZooKeeper(t)
+	const root = "/dlock-handoff"
+	admin := connect(t, z.Addrs(), 10*time.Second)
+	open := func() dlock.Locker {
+		l := zklock.New(connect(t, z.Addrs(), 10*time.Second), zklock.WithRoot(root))
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	type result struct {
+		ls  dlock.Lease
+		err error
+	}
+	// wait starts an Acquire of k on l and waits until the server holds its two
+	// watches (its predecessor, its own node).
+	wait := func(ctx context.Context, l dlock.Locker, k string) <-chan result {
+		base := watchCount(t, z)
+		ch := make(chan result, 1)
+		go func() {
+			ls, err := l.Acquire(ctx, k)
+			ch <- result{ls, err}
+		}()
+		waitWatches(t, z, base+2)
+		return ch
+	}
+	unreadable := func(k string) {
+		if _, err := admin.SetACL(zklock.LockDir(root, k), zk.WorldACL(zk.PermAll&^zk.PermRead), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("next in line", func(t *testing.T) {
+		k := uniqueKey(t)
+		holder, waiter := open(), open()
+		lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := wait(ctxFor(t, 30*time.Second), waiter, k)
+		unreadable(k)
+		if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("the waiter next in line, with the directory unreadable: %v (it listed the directory again)", r.err)
+		}
+		if r.ls.Token() <= lh.Token() {
+			t.Errorf("token %d after the holder's %d", r.ls.Token(), lh.Token())
+		}
+		if err := r.ls.Release(ctxFor(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("behind a waiter that left", func(t *testing.T) {
+		k := uniqueKey(t)
+		holder, first, second := open(), open(), open()
+		lh, err := holder.TryAcquire(ctxFor(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lh.Release(ctxFor(t, 10*time.Second))
+		ctx1, leave := context.WithCancel(ctxFor(t, 30*time.Second))
+		defer leave()
+		gone := wait(ctx1, first, k)
+		got := wait(ctxFor(t, 30*time.Second), second, k)
+		unreadable(k)
+		leave() // the first waiter deletes its node: the second's predecessor
+		if r := <-gone; r.err == nil {
+			t.Fatal("the first waiter was granted while the holder holds")
+		}
+		r := <-got
+		if r.err == nil {
+			r.ls.Release(ctxFor(t, 10*time.Second))
+			t.Fatal("the second waiter was granted while the holder holds: its predecessor left, not the holder")
+		}
+		t.Logf("the second waiter, unable to list the directory again: %v", r.err)
+		if err := lh.Err(); err != nil {
+			t.Fatalf("the holder: %v", err)
+		}
+	})
+}
