@@ -297,14 +297,6 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 			if e.Type == zk.EventNotWatching {
 				return nil, fmt.Errorf("waiting for %s: %w", pred, e.Err)
 			}
-			if e.Type == zk.EventNodeDeleted && pred != watchDir && heldWithout(r, children, pred, name, owned) && len(me.ev) == 0 {
-				// The hand-off: our turn, known without listing the directory again,
-				// if nothing waits on our own node. go-zookeeper delivers the watch
-				// events in the order of the changes, so an end of our node before
-				// this deletion is queued there already; a waiter parked in this
-				// select reads it first, one that was not could read this one first.
-				return d.hold(path, me.st, me.ev), nil
-			}
 		case e := <-me.ev:
 			if gone, err := ownNodeEnded(e); gone {
 				return nil, fmt.Errorf("our lock node %s ended while waiting: %w", path, err)
@@ -319,22 +311,6 @@ func (d *zkDriver) queue(ctx context.Context, dir, path string, wait bool, r rul
 			return nil, ctx.Err()
 		}
 	}
-}
-
-// heldWithout says whether rule r gives us (name) the lock once pred is gone, from
-// the listing children alone. That listing holds every node numbered below ours
-// that still exists: ZooKeeper numbers a node after every node created before it
-// in the directory, and ours was made before the listing was asked for. A node of
-// the listing may be gone meanwhile too; the rule then names it and the caller
-// looks again, as it would have anyway. A rule that names a node to watch (the
-// mutex's, an election's, a read-write lock's) decides from the nodes below ours
-// alone; the semaphore's counts every lease node and watches the directory
-// (watchDir), which the caller leaves out, and a rule that needs more
-// (verifyError) gets its answer from a new look.
-func heldWithout(r rule, children []string, pred, name string, owned map[string]bool) bool {
-	rest := slices.DeleteFunc(slices.Clone(children), func(c string) bool { return c == pred })
-	next, mine, err := r(rest, name, owned)
-	return err == nil && mine && next == ""
 }
 
 // verify reads the stats of nodes (children of dir) at once and records which a
