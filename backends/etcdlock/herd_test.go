@@ -85,7 +85,19 @@ func TestNoHerd(t *testing.T) {
 		return l.Acquire(ctxFor(t, 2*time.Minute), k)
 	})
 	admin := newClient(t, e.Endpoints())
-	waitQueued(t, admin, prefix, k, waiters+1)
+	for deadline := time.Now().Add(time.Minute); ; {
+		resp, err := admin.Get(ctxFor(t, 5*time.Second), etcdlock.QueueName(prefix, k)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count == waiters+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys queued after a minute, want %d", resp.Count, waiters+1)
+		}
+		time.Sleep(5 * time.Millisecond) // the store has no signal for "a waiter queued": poll it
+	}
 	awaitWatchers(t, e, base+waiters) // each waiter watches its predecessor
 	before := metric(t, e, "etcd_debugging_mvcc_events_total")
 	if err := lh.Release(ctxFor(t, 10*time.Second)); err != nil {
